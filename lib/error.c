@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+
+void placefs_error_clear(struct placefs_error *err)
+{
+	if (!err)
+		return;
+	err->code = 0;
+	err->kind = PLACEFS_E_NONE;
+	err->msg[0] = '\0';
+}
+
+int placefs_error_set(struct placefs_error *err, int code, enum placefs_errkind kind,
+		      const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || err->code != 0)
+		return code;
+	err->code = code;
+	err->kind = kind;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+void placefs_error_prefix(struct placefs_error *err, const char *fmt, ...)
+{
+	char head[PLACEFS_ERROR_MSG_MAX];
+	char old[PLACEFS_ERROR_MSG_MAX];
+	va_list ap;
+
+	if (!err)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(head, sizeof(head), fmt, ap);
+	va_end(ap);
+	memcpy(old, err->msg, sizeof(old));
+	snprintf(err->msg, sizeof(err->msg), "%s: %s", head, old);
+}
+
+const char *placefs_errkind_name(enum placefs_errkind kind)
+{
+	switch (kind) {
+	case PLACEFS_E_NONE: return "none";
+	case PLACEFS_E_IO: return "io";
+	case PLACEFS_E_FORMAT: return "format";
+	case PLACEFS_E_INDEX: return "index";
+	case PLACEFS_E_SOURCE: return "source";
+	case PLACEFS_E_LIMIT: return "limit";
+	case PLACEFS_E_NAME: return "name";
+	case PLACEFS_E_EMPTY: return "empty-selection";
+	case PLACEFS_E_DUP_GPU: return "duplicate-gpu";
+	case PLACEFS_E_DUP_CPU: return "duplicate-cpu";
+	case PLACEFS_E_OVERLAP: return "gpu-cpu-overlap";
+	case PLACEFS_E_DUP_SOURCE: return "duplicate-source";
+	case PLACEFS_E_USAGE: return "usage";
+	case PLACEFS_E_NOMEM: return "nomem";
+	}
+	return "unknown";
+}

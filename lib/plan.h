@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * plan: selection and placement.
+ *
+ * Order of decisions: the checkpoint's tensors (already index-filtered) ->
+ * weight-prefix filter (case-sensitive startswith; no prefix = all) ->
+ * placement: payload <= limit -> gpu, > limit -> cpu; without a limit every
+ * selected tensor is gpu. Then the explicit failures, each with its own kind:
+ * PLACEFS_E_DUP_CPU, PLACEFS_E_DUP_GPU, PLACEFS_E_OVERLAP (a name in both
+ * sets), PLACEFS_E_EMPTY (nothing selected; the message lists the prefixes),
+ * PLACEFS_E_NAME (a selected name that cannot be a file name).
+ *
+ * Ring size: with a limit, exactly the limit. Without one,
+ * max(largest gpu tensor, min(total gpu bytes, PLACEFS_PLAN_AUTO_RING)),
+ * rounded up to 4096, and at least 4096: room for the largest tensor and
+ * for several small ones in flight.
+ *
+ * A plan points into the tensors it was built from: they must outlive it.
+ */
+#ifndef PLACEFS_PLAN_H
+#define PLACEFS_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "error.h"
+#include "strbuf.h"
+
+#define PLACEFS_PLAN_AUTO_RING (256ULL << 20)
+
+enum placefs_placement {
+	PLACEFS_PLACE_GPU = 0,
+	PLACEFS_PLACE_CPU = 1,
+};
+
+struct placefs_plan_options {
+	const char *const *prefixes; /* nprefixes entries; none = everything */
+	size_t nprefixes;
+	int has_limit;               /* 0: no staging limit */
+	uint64_t limit;              /* > 0 when has_limit */
+};
+
+struct placefs_plan_entry {
+	const struct placefs_tensor *tensor;
+	enum placefs_placement placement;
+	const char *fname;           /* encoded file name (lib/name.h) */
+};
+
+struct placefs_plan_totals {
+	uint64_t count[2];           /* indexed by enum placefs_placement */
+	uint64_t bytes[2];
+	uint64_t largest[2];
+};
+
+struct placefs_plan;
+
+int placefs_plan_create(const struct placefs_tensor *tensors, size_t n,
+			const struct placefs_plan_options *opt, struct placefs_plan **out,
+			struct placefs_error *err);
+void placefs_plan_free(struct placefs_plan *plan); /* NULL ok */
+
+/* Selected entries, in the order of the input tensors (checkpoint order). */
+size_t placefs_plan_count(const struct placefs_plan *plan);
+const struct placefs_plan_entry *placefs_plan_entry(const struct placefs_plan *plan, size_t i);
+/* Index of the entry whose fname is `fname`, or -1. O(log n). */
+long placefs_plan_find(const struct placefs_plan *plan, const char *fname);
+
+int placefs_plan_has_limit(const struct placefs_plan *plan);
+uint64_t placefs_plan_limit(const struct placefs_plan *plan);
+uint64_t placefs_plan_ring_bytes(const struct placefs_plan *plan);
+void placefs_plan_totals(const struct placefs_plan *plan, struct placefs_plan_totals *t);
+const char *placefs_placement_name(enum placefs_placement p); /* "gpu" / "cpu" */
+
+/*
+ * The machine-readable plan, exactly (one line, then "\n"):
+ * {"source": S, "buffer_size": N|null, "ring_bytes": N, "tensors": [{"name": S,
+ *  "file": S, "dtype": S, "shape": [N, ...], "nbytes": N, "offset": N,
+ *  "placement": "gpu"|"cpu"}, ...], "totals": {"gpu": {"count": N, "bytes": N},
+ *  "cpu": {"count": N, "bytes": N}}}
+ * Both placefs-plan --json and the mount's .placefs/plan.json use this.
+ */
+int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
+			     struct placefs_strbuf *sb);
+/* The text plan: one line per tensor, then a summary. */
+int placefs_plan_format_text(const struct placefs_plan *plan, const char *source,
+			     struct placefs_strbuf *sb);
+/* The summary lines alone (used in the daemon's start-up log). */
+int placefs_plan_format_summary(const struct placefs_plan *plan, struct placefs_strbuf *sb);
+
+/*
+ * The sweep table: for each candidate limit, what would go where. With
+ * nlimits == 0 the candidates are the powers of two from 1 MiB up to the
+ * first one >= the largest selected tensor, plus "none". Selection errors are
+ * reported as by placefs_plan_create.
+ */
+int placefs_plan_sweep(const struct placefs_tensor *tensors, size_t n,
+		       const char *const *prefixes, size_t nprefixes, const uint64_t *limits,
+		       size_t nlimits, struct placefs_strbuf *sb, struct placefs_error *err);
+
+#endif

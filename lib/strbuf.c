@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strbuf.h"
+
+void placefs_strbuf_init(struct placefs_strbuf *sb)
+{
+	sb->buf = NULL;
+	sb->len = 0;
+	sb->alloc = 0;
+}
+
+void placefs_strbuf_release(struct placefs_strbuf *sb)
+{
+	if (!sb)
+		return;
+	free(sb->buf);
+	placefs_strbuf_init(sb);
+}
+
+void placefs_strbuf_reset(struct placefs_strbuf *sb)
+{
+	sb->len = 0;
+	if (sb->buf)
+		sb->buf[0] = '\0';
+}
+
+int placefs_strbuf_grow(struct placefs_strbuf *sb, size_t extra)
+{
+	size_t need, nalloc;
+	char *nbuf;
+
+	if (__builtin_add_overflow(sb->len, extra, &need) || __builtin_add_overflow(need, 1, &need))
+		return -EOVERFLOW;
+	if (need <= sb->alloc)
+		return 0;
+	nalloc = sb->alloc ? sb->alloc : 64;
+	while (nalloc < need) {
+		if (__builtin_mul_overflow(nalloc, 2, &nalloc))
+			return -EOVERFLOW;
+	}
+	nbuf = realloc(sb->buf, nalloc);
+	if (!nbuf)
+		return -ENOMEM;
+	if (!sb->buf)
+		nbuf[0] = '\0';
+	sb->buf = nbuf;
+	sb->alloc = nalloc;
+	return 0;
+}
+
+int placefs_strbuf_add(struct placefs_strbuf *sb, const void *data, size_t len)
+{
+	int rc = placefs_strbuf_grow(sb, len);
+
+	if (rc)
+		return rc;
+	if (len)
+		memcpy(sb->buf + sb->len, data, len);
+	sb->len += len;
+	sb->buf[sb->len] = '\0';
+	return 0;
+}
+
+int placefs_strbuf_adds(struct placefs_strbuf *sb, const char *s)
+{
+	return placefs_strbuf_add(sb, s, strlen(s));
+}
+
+int placefs_strbuf_addf(struct placefs_strbuf *sb, const char *fmt, ...)
+{
+	va_list ap;
+	int n, rc;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	rc = placefs_strbuf_grow(sb, (size_t)n);
+	if (rc)
+		return rc;
+	va_start(ap, fmt);
+	vsnprintf(sb->buf + sb->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	sb->len += (size_t)n;
+	return 0;
+}
+
+int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	int rc = placefs_strbuf_add(sb, "\"", 1);
+
+	for (; rc == 0 && *p; p++) {
+		switch (*p) {
+		case '"': rc = placefs_strbuf_add(sb, "\\\"", 2); break;
+		case '\\': rc = placefs_strbuf_add(sb, "\\\\", 2); break;
+		case '\n': rc = placefs_strbuf_add(sb, "\\n", 2); break;
+		case '\r': rc = placefs_strbuf_add(sb, "\\r", 2); break;
+		case '\t': rc = placefs_strbuf_add(sb, "\\t", 2); break;
+		case '\b': rc = placefs_strbuf_add(sb, "\\b", 2); break;
+		case '\f': rc = placefs_strbuf_add(sb, "\\f", 2); break;
+		default:
+			if (*p < 0x20 || *p == 0x7f)
+				rc = placefs_strbuf_addf(sb, "\\u%04x", *p);
+			else
+				rc = placefs_strbuf_add(sb, p, 1);
+		}
+	}
+	return rc ? rc : placefs_strbuf_add(sb, "\"", 1);
+}
+
+int placefs_strbuf_add_json_u64_array(struct placefs_strbuf *sb, const uint64_t *v, size_t n)
+{
+	int rc = placefs_strbuf_add(sb, "[", 1);
+
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = placefs_strbuf_addf(sb, i ? ", %" PRIu64 : "%" PRIu64, v[i]);
+	return rc ? rc : placefs_strbuf_add(sb, "]", 1);
+}
+
+const char *placefs_strbuf_cstr(const struct placefs_strbuf *sb)
+{
+	return sb->buf ? sb->buf : "";
+}
+
+char *placefs_strbuf_detach(struct placefs_strbuf *sb, size_t *len)
+{
+	char *r;
+
+	if (!sb->buf && placefs_strbuf_grow(sb, 0))
+		return NULL;
+	r = sb->buf;
+	if (len)
+		*len = sb->len;
+	placefs_strbuf_init(sb);
+	return r;
+}

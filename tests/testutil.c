@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+char *tu_mkdtemp(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	char *p;
+
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	ck_assert(asprintf(&p, "%s/placefs-test.XXXXXX", tmp) > 0);
+	ck_assert_ptr_nonnull(mkdtemp(p));
+	return p;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+void tu_rmtree(const char *path)
+{
+	if (path)
+		nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *tu_path(const char *dir, const char *name)
+{
+	char *p;
+
+	ck_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+	return p;
+}
+
+void tu_write_file(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	const char *p = data;
+
+	ck_assert_msg(fd >= 0, "open %s", path);
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		ck_assert_msg(n > 0, "write %s", path);
+		p += n;
+		len -= (size_t)n;
+	}
+	ck_assert_int_eq(close(fd), 0);
+}
+
+void tu_write_text(const char *path, const char *text)
+{
+	tu_write_file(path, text, strlen(text));
+}
+
+uint8_t *tu_st_image(const char *json, uint64_t data_len, size_t *len)
+{
+	size_t n = strlen(json);
+	size_t total = 8 + n + (size_t)data_len;
+	uint8_t *buf = malloc(total ? total : 1);
+
+	ck_assert_ptr_nonnull(buf);
+	for (int i = 0; i < 8; i++)
+		buf[i] = (uint8_t)((uint64_t)n >> (8 * i));
+	memcpy(buf + 8, json, n);
+	for (uint64_t i = 0; i < data_len; i++)
+		buf[8 + n + i] = (uint8_t)(i * 31 + 7);
+	*len = total;
+	return buf;
+}
+
+void tu_st_write(const char *path, const char *json, uint64_t data_len)
+{
+	size_t len;
+	uint8_t *buf = tu_st_image(json, data_len, &len);
+
+	tu_write_file(path, buf, len);
+	free(buf);
+}
+
+uint8_t *tu_read_file(const char *path, size_t *len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	uint8_t *buf;
+	size_t got = 0;
+
+	ck_assert_msg(fd >= 0, "open %s", path);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	buf = malloc((size_t)st.st_size + 1);
+	ck_assert_ptr_nonnull(buf);
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+
+		ck_assert(n > 0);
+		got += (size_t)n;
+	}
+	close(fd);
+	*len = got;
+	return buf;
+}
