@@ -43,7 +43,14 @@ void placefs_error_prefix(struct placefs_error *err, const char *fmt, ...)
 	vsnprintf(head, sizeof(head), fmt, ap);
 	va_end(ap);
 	memcpy(old, err->msg, sizeof(old));
-	snprintf(err->msg, sizeof(err->msg), "%s: %s", head, old);
+	/* Truncation is acceptable: the message is for humans. */
+	size_t hl = strnlen(head, sizeof(head) - 3);
+	memcpy(err->msg, head, hl);
+	memcpy(err->msg + hl, ": ", 2);
+	hl += 2;
+	size_t ol = strnlen(old, sizeof(err->msg) - hl - 1);
+	memcpy(err->msg + hl, old, ol);
+	err->msg[hl + ol] = '\0';
 }
 
 const char *placefs_errkind_name(enum placefs_errkind kind)

@@ -1,0 +1,1 @@
+exit 77 # placeholder: being written
