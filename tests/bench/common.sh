@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: MIT
+# Shared by the benchmark scripts. B = build directory (default build/dev).
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+B=${B:-$top/build/dev}
+[ -x "$B/fs/placefs" ] || { echo "bench: build first (tools/test dev, or B=...)" >&2; exit 2; }
+PLACEFS=$B/fs/placefs
+PLAN=$B/tools/placefs-plan
+MKCKPT=$B/tools/placefs-mkckpt
+READBENCH=$B/tests/bench/readbench
+
+bench_mounts=
+bench_cleanup() {
+	for m in $bench_mounts; do
+		fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null || true
+	done
+	[ -n "${bench_work:-}" ] && rm -rf "$bench_work"
+}
+trap bench_cleanup EXIT INT TERM
+
+# bench_mount SOURCE MNT [placefs options...]: mounts and waits until live.
+bench_mount() {
+	src=$1
+	mnt=$2
+	shift 2
+	mkdir -p "$mnt"
+	"$PLACEFS" "$@" "$src" "$mnt"
+	bench_mounts="$bench_mounts $mnt"
+	i=0
+	until grep -qs " $mnt fuse" /proc/self/mounts; do
+		i=$((i + 1))
+		[ $i -lt 100 ] || { echo "bench: $mnt did not mount" >&2; exit 1; }
+		sleep 0.05
+	done
+}
+
+bench_umount() {
+	fusermount3 -u "$1"
+}
+
+# now_ns: monotonic-ish wall clock in nanoseconds.
+now_ns() {
+	date +%s%N
+}
+
+# field NAME LINE: value of NAME=... in a readbench output line.
+field() {
+	printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
+}

@@ -1,0 +1,68 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# CPU-read benchmark: every tensor of a multi-GiB checkpoint read through a
+# placefs mount with 1 MiB reads, against the same byte ranges read directly
+# from the shard files, in the same run: first read (fresh mount) and repeated
+# read (page cache warm), with 1, 4 and 8 concurrent readers.
+#
+#   tests/bench/cpu-read.sh [--short] [--layers N] [--dir DIR] [--threads "1 4 8"]
+#
+# --short: a ~0.5 GiB checkpoint (CI); default ~2.3 GiB (12 layers of a
+# 2048/5504 Llama shape). DIR (default /dev/shm) holds the source, so the
+# direct reads are the memory-speed ceiling a FUSE read can approach.
+. "$(dirname "$0")/common.sh"
+layers=12
+dir=/dev/shm
+threads="1 4 8"
+while [ $# -gt 0 ]; do
+	case $1 in
+	--short) layers=2 ;;
+	--layers) layers=$2; shift ;;
+	--dir) dir=$2; shift ;;
+	--threads) threads=$2; shift ;;
+	*) echo "usage: $0 [--short] [--layers N] [--dir DIR] [--threads LIST]" >&2; exit 2 ;;
+	esac
+	shift
+done
+bench_work=$(mktemp -d "$dir/placefs-bench.XXXXXX")
+src=$bench_work/ckpt
+mnt=$bench_work/mnt
+"$MKCKPT" --quiet --llama "$layers:2048:5504:32000" --shards 4 --index "$src"
+"$PLAN" --json "$src" >"$bench_work/plan.json"
+python3 - "$bench_work" <<'PY'
+import json, sys
+w = sys.argv[1]
+plan = json.load(open(w + "/plan.json"))
+def enc(n):
+    e = n.replace("%", "%25").replace("/", "%2F")
+    return "%2E" + e[1:] if e.startswith(".") else e
+with open(w + "/direct.txt", "w") as d, open(w + "/mount.txt", "w") as m:
+    for t in plan["tensors"]:
+        d.write("%s/ckpt/%s\t%d\t%d\n" % (w, t["file"], t["offset"], t["nbytes"]))
+        m.write("%s/mnt/%s\t0\t%d\n" % (w, enc(t["name"]), t["nbytes"]))
+PY
+total=$(python3 -c "import json,sys;print(sum(t['nbytes'] for t in json.load(open(sys.argv[1]))['tensors']))" "$bench_work/plan.json")
+echo "cpu-read: $(python3 -c "print(round($total/2**30,2))") GiB in $(wc -l <"$bench_work/direct.txt") tensors, source in $dir"
+
+# Warm the source so "direct" is the page-cache/memory ceiling.
+"$READBENCH" -t 4 "$bench_work/direct.txt" >/dev/null
+ref=$("$READBENCH" -c -t 4 "$bench_work/direct.txt")
+refsum=$(field checksum "$ref")
+
+printf '%-8s %10s %12s %10s %12s %10s %s\n' readers direct_GBps first_GBps first_x repeat_GBps repeat_x bytes_ok
+for t in $threads; do
+	d=$("$READBENCH" -t "$t" "$bench_work/direct.txt")
+	bench_mount "$src" "$mnt"
+	f=$("$READBENCH" -c -t "$t" "$bench_work/mount.txt")
+	r=$("$READBENCH" -c -t "$t" "$bench_work/mount.txt")
+	bench_umount "$mnt"
+	ok=yes
+	[ "$(field checksum "$f")" = "$refsum" ] && [ "$(field checksum "$r")" = "$refsum" ] || ok=NO
+	dg=$(field gbps "$d")
+	fg=$(field gbps "$f")
+	rg=$(field gbps "$r")
+	printf '%-8s %10s %12s %10s %12s %10s %s\n' "$t" "$dg" "$fg" \
+		"$(python3 -c "print(round($fg/$dg,2))")" "$rg" \
+		"$(python3 -c "print(round($rg/$dg,2))")" "$ok"
+	[ $ok = yes ] || { echo "cpu-read: bytes through the mount differ from the source" >&2; exit 1; }
+done

@@ -1,0 +1,64 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Metadata-scale benchmark: a checkpoint of N tensors (default 100,000) in 100
+# shards with an index. Measures, in one run: start to mounted, `ls -l` of the
+# root, `getfattr -d` of 1,000 files, `cat .placefs/plan.json`, the daemon's
+# RSS; and, as the reference, `ls -l` of a tmpfs directory holding N empty
+# files.
+#
+#   tests/bench/metadata.sh [--tensors N] [--shards K]
+. "$(dirname "$0")/common.sh"
+n=100000
+shards=100
+while [ $# -gt 0 ]; do
+	case $1 in
+	--tensors) n=$2; shift ;;
+	--shards) shards=$2; shift ;;
+	*) echo "usage: $0 [--tensors N] [--shards K]" >&2; exit 2 ;;
+	esac
+	shift
+done
+bench_work=$(mktemp -d /dev/shm/placefs-meta.XXXXXX)
+src=$bench_work/ckpt
+mnt=$bench_work/mnt
+ref=$bench_work/ref
+"$MKCKPT" --quiet --random "$n" --max-bytes 256 --shards "$shards" --index "$src"
+mkdir -p "$ref"
+(cd "$ref" && seq 1 "$n" | sed 's/^/random./' | xargs touch)
+
+secs() {
+	python3 -c "import sys; print('%.3f' % ((int(sys.argv[2]) - int(sys.argv[1])) / 1e9))" "$1" "$2"
+}
+
+t0=$(now_ns)
+mkdir -p "$mnt"
+bench_mount "$src" "$mnt"
+t1=$(now_ns)
+ls -l "$mnt" >/dev/null
+t2=$(now_ns)
+ls -l "$mnt" >/dev/null
+t3=$(now_ns)
+ls "$mnt" | head -n 1000 | (cd "$mnt" && xargs getfattr -d >/dev/null)
+t4=$(now_ns)
+cat "$mnt/.placefs/plan.json" >/dev/null
+t5=$(now_ns)
+pid=$(pgrep -f "placefs.* $mnt\$" | head -n 1 || true)
+rss=$( [ -n "$pid" ] && awk '/VmRSS/ {print $2 " kB"}' "/proc/$pid/status" || echo "?")
+cnt=$(ls "$mnt" | wc -l)
+bench_umount "$mnt"
+r0=$(now_ns)
+ls -l "$ref" >/dev/null
+r1=$(now_ns)
+
+echo "metadata: $n tensors in $shards shards ($cnt files listed)"
+printf '%-34s %10s\n' operation seconds
+printf '%-34s %10s\n' "start to mounted" "$(secs "$t0" "$t1")"
+printf '%-34s %10s\n' "ls -l root (first)" "$(secs "$t1" "$t2")"
+printf '%-34s %10s\n' "ls -l root (second)" "$(secs "$t2" "$t3")"
+printf '%-34s %10s\n' "getfattr -d of 1000 files" "$(secs "$t3" "$t4")"
+printf '%-34s %10s\n' "cat .placefs/plan.json" "$(secs "$t4" "$t5")"
+printf '%-34s %10s\n' "reference: ls -l tmpfs $n files" "$(secs "$r0" "$r1")"
+printf '%-34s %10s\n' "ratio ls -l first / reference" \
+	"$(python3 -c "print(round(($t2-$t1)/max(1,$r1-$r0),2))")"
+printf '%-34s %10s\n' "daemon RSS" "$rss"
+[ "$cnt" -eq "$n" ] || { echo "metadata: expected $n files, listed $cnt" >&2; exit 1; }

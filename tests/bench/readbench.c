@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * readbench: reads byte ranges with N threads in fixed-size pread()s and
+ * reports the throughput. The benchmarks use it both on a placefs mount (each
+ * tensor file, whole) and on the shard files (the same byte ranges), so the
+ * two sides of a ratio run the same code.
+ *
+ *   readbench [-t THREADS] [-b BLOCK] [-c] MANIFEST
+ *
+ * MANIFEST: one range per line, "PATH<TAB>OFFSET<TAB>LENGTH". Ranges are
+ * handed to threads in order from a shared counter. -c adds a checksum of all
+ * bytes read (FNV-1a over each block, combined per range in manifest order)
+ * so two runs can be compared for equality. Prints one line:
+ *   bytes=N seconds=S gbps=G checksum=X
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct range {
+	char *path;
+	uint64_t off, len;
+	uint64_t sum;
+};
+
+static struct range *ranges;
+static size_t nranges;
+static atomic_size_t next_range;
+static size_t block = 1 << 20;
+static int do_sum;
+static atomic_int failed;
+
+static uint64_t fnv(uint64_t h, const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+static void *worker(void *arg)
+{
+	char *buf = aligned_alloc(4096, block);
+
+	(void)arg;
+	if (!buf) {
+		atomic_store(&failed, 1);
+		return NULL;
+	}
+	for (;;) {
+		size_t i = atomic_fetch_add(&next_range, 1);
+		struct range *r;
+		int fd;
+		uint64_t done = 0, h = 1469598103934665603ULL;
+
+		if (i >= nranges)
+			break;
+		r = &ranges[i];
+		fd = open(r->path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			fprintf(stderr, "readbench: %s: %s\n", r->path, strerror(errno));
+			atomic_store(&failed, 1);
+			continue;
+		}
+		while (done < r->len) {
+			size_t want = r->len - done < block ? (size_t)(r->len - done) : block;
+			ssize_t n = pread(fd, buf, want, (off_t)(r->off + done));
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				fprintf(stderr, "readbench: %s at %" PRIu64 ": %s\n", r->path,
+					r->off + done, n < 0 ? strerror(errno) : "unexpected EOF");
+				atomic_store(&failed, 1);
+				break;
+			}
+			if (do_sum)
+				h = fnv(h, (unsigned char *)buf, (size_t)n);
+			done += (uint64_t)n;
+		}
+		r->sum = h;
+		close(fd);
+	}
+	free(buf);
+	return NULL;
+}
+
+static int load_manifest(const char *file)
+{
+	FILE *f = fopen(file, "r");
+	char *line = NULL;
+	size_t cap = 0, alloc = 0;
+	ssize_t n;
+
+	if (!f) {
+		fprintf(stderr, "readbench: %s: %s\n", file, strerror(errno));
+		return -1;
+	}
+	while ((n = getline(&line, &cap, f)) > 0) {
+		char *tab1 = strchr(line, '\t'), *tab2;
+
+		if (!tab1 || !(tab2 = strchr(tab1 + 1, '\t'))) {
+			fprintf(stderr, "readbench: %s: malformed line: %s", file, line);
+			free(line);
+			fclose(f);
+			return -1;
+		}
+		if (nranges == alloc) {
+			alloc = alloc ? alloc * 2 : 1024;
+			ranges = realloc(ranges, alloc * sizeof(*ranges));
+			if (!ranges)
+				abort();
+		}
+		*tab1 = '\0';
+		ranges[nranges].path = strdup(line);
+		ranges[nranges].off = strtoull(tab1 + 1, NULL, 10);
+		ranges[nranges].len = strtoull(tab2 + 1, NULL, 10);
+		nranges++;
+	}
+	free(line);
+	fclose(f);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int threads = 1, opt;
+	struct timespec t0, t1;
+	uint64_t total = 0, sum = 1469598103934665603ULL;
+	pthread_t *tids;
+	double secs;
+
+	while ((opt = getopt(argc, argv, "t:b:c")) != -1) {
+		switch (opt) {
+		case 't': threads = atoi(optarg); break;
+		case 'b': block = (size_t)strtoull(optarg, NULL, 10); break;
+		case 'c': do_sum = 1; break;
+		default:
+			fprintf(stderr, "usage: readbench [-t THREADS] [-b BLOCK] [-c] MANIFEST\n");
+			return 2;
+		}
+	}
+	if (optind != argc - 1 || threads < 1 || block < 4096) {
+		fprintf(stderr, "usage: readbench [-t THREADS] [-b BLOCK] [-c] MANIFEST\n");
+		return 2;
+	}
+	if (load_manifest(argv[optind]))
+		return 1;
+	tids = calloc((size_t)threads, sizeof(*tids));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < threads; i++)
+		pthread_create(&tids[i], NULL, worker, NULL);
+	for (int i = 0; i < threads; i++)
+		pthread_join(tids[i], NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	for (size_t i = 0; i < nranges; i++) {
+		total += ranges[i].len;
+		sum = fnv(sum, (const unsigned char *)&ranges[i].sum, sizeof(ranges[i].sum));
+		free(ranges[i].path);
+	}
+	secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	printf("bytes=%" PRIu64 " seconds=%.4f gbps=%.3f checksum=%016" PRIx64 "\n", total, secs,
+	       (double)total / secs / 1e9, do_sum ? sum : 0);
+	free(ranges);
+	free(tids);
+	return atomic_load(&failed) ? 1 : 0;
+}
