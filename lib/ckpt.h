@@ -66,7 +66,11 @@ int placefs_ckpt_open(const char *source, const char *index, struct placefs_ckpt
 void placefs_ckpt_free(struct placefs_ckpt *ck); /* NULL ok; closes the shard fds */
 
 const char *placefs_ckpt_source(const struct placefs_ckpt *ck); /* as given */
-const char *placefs_ckpt_dir(const struct placefs_ckpt *ck);    /* the source directory */
+/*
+ * The source directory, made absolute without resolving links (so shard
+ * paths stay valid after the daemon changes directory).
+ */
+const char *placefs_ckpt_dir(const struct placefs_ckpt *ck);
 /* The index file used, relative to the source directory, or NULL. */
 const char *placefs_ckpt_index(const struct placefs_ckpt *ck);
 
