@@ -1,1 +1,787 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "name.h"
+#include "plan.h"
+#include "size.h"
+
+/* Most names (and files per name) a duplicate or overlap message lists. */
+#define LIST_MAX 3
+/* Longest part of one name quoted in a message. */
+#define QUOTE_MAX  120
+#define RING_ALIGN 4096ULL
+
+struct placefs_plan {
+	struct placefs_plan_entry *entries;
+	size_t n;
+	char *names; /* the encoded file names, NUL-separated */
+	const struct placefs_plan_entry **by_fname;
+	int has_limit;
+	uint64_t limit;
+	uint64_t ring;
+	struct placefs_plan_totals totals;
+};
+
+static const char *tfile(const struct placefs_tensor *t)
+{
+	return t->file ? t->file : "(unknown file)";
+}
+
+/*
+ * Appends `s` in double quotes, escaping quotes, backslashes and control
+ * bytes, so that a hostile name cannot break a one-line message.
+ */
+static int add_quoted(struct placefs_strbuf *sb, const char *s)
+{
+	int rc = placefs_strbuf_adds(sb, "\"");
+	size_t i;
+
+	for (i = 0; rc == 0 && s[i] && i < QUOTE_MAX; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			rc = placefs_strbuf_addf(sb, "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			rc = placefs_strbuf_addf(sb, "\\x%02x", c);
+		else
+			rc = placefs_strbuf_add(sb, &c, 1);
+	}
+	if (rc == 0 && s[i])
+		rc = placefs_strbuf_adds(sb, "...");
+	return rc ? rc : placefs_strbuf_adds(sb, "\"");
+}
+
+/* Sort order for duplicate detection: by name, then checkpoint order. */
+static int cmp_entry_name(const void *a, const void *b)
+{
+	const struct placefs_plan_entry *x = *(const struct placefs_plan_entry *const *)a;
+	const struct placefs_plan_entry *y = *(const struct placefs_plan_entry *const *)b;
+	int c = strcmp(x->tensor->name, y->tensor->name);
+
+	if (c)
+		return c;
+	return (x > y) - (x < y);
+}
+
+static int cmp_entry_fname(const void *a, const void *b)
+{
+	const struct placefs_plan_entry *x = *(const struct placefs_plan_entry *const *)a;
+	const struct placefs_plan_entry *y = *(const struct placefs_plan_entry *const *)b;
+
+	return strcmp(x->fname, y->fname);
+}
+
+static int cmp_key_fname(const void *key, const void *elem)
+{
+	const struct placefs_plan_entry *e = *(const struct placefs_plan_entry *const *)elem;
+
+	return strcmp((const char *)key, e->fname);
+}
+
+/*
+ * Finds names that occur more than once in the sorted list `v` and reports
+ * the first LIST_MAX of them with the files they come from. Returns 0 when
+ * every name is unique.
+ */
+static int check_dups(const struct placefs_plan_entry **v, size_t n, const char *what,
+                      enum placefs_errkind kind, struct placefs_error *err)
+{
+	struct placefs_strbuf sb;
+	size_t shown = 0, more = 0, i = 0;
+	int rc = 0;
+
+	placefs_strbuf_init(&sb);
+	while (i < n) {
+		size_t j = i + 1;
+
+		while (j < n && strcmp(v[i]->tensor->name, v[j]->tensor->name) == 0)
+			j++;
+		if (j - i < 2) {
+			i = j;
+			continue;
+		}
+		if (shown == LIST_MAX) {
+			more++;
+			i = j;
+			continue;
+		}
+		if (shown == 0)
+			rc = placefs_strbuf_addf(&sb,
+			                         "duplicate tensor names among %s tensors: ", what);
+		else
+			rc = placefs_strbuf_adds(&sb, ", ");
+		if (!rc)
+			rc = add_quoted(&sb, v[i]->tensor->name);
+		if (!rc)
+			rc = placefs_strbuf_adds(&sb, " (");
+		for (size_t k = i; rc == 0 && k < j && k < i + LIST_MAX; k++) {
+			const char *sep = k == i ? "" : (k + 1 == j ? " and " : ", ");
+
+			rc = placefs_strbuf_addf(&sb, "%s%s", sep, tfile(v[k]->tensor));
+		}
+		if (!rc && j - i > LIST_MAX)
+			rc = placefs_strbuf_addf(&sb, " and %zu more", j - i - LIST_MAX);
+		if (!rc)
+			rc = placefs_strbuf_adds(&sb, ")");
+		if (rc)
+			break;
+		shown++;
+		i = j;
+	}
+	if (!rc && more)
+		rc = placefs_strbuf_addf(&sb, ", and %zu more", more);
+	if (rc)
+		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	else if (shown)
+		rc = placefs_error_set(err, -EINVAL, kind, "%s", placefs_strbuf_cstr(&sb));
+	placefs_strbuf_release(&sb);
+	return rc;
+}
+
+/* Finds names present in both sorted lists (by a merge walk). */
+static int check_overlap(const struct placefs_plan_entry **gpu, size_t ng,
+                         const struct placefs_plan_entry **cpu, size_t nc,
+                         struct placefs_error *err)
+{
+	struct placefs_strbuf sb;
+	size_t i = 0, j = 0, shown = 0, more = 0;
+	int rc = 0;
+
+	placefs_strbuf_init(&sb);
+	while (rc == 0 && i < ng && j < nc) {
+		int c = strcmp(gpu[i]->tensor->name, cpu[j]->tensor->name);
+
+		if (c < 0) {
+			i++;
+			continue;
+		}
+		if (c > 0) {
+			j++;
+			continue;
+		}
+		if (shown == LIST_MAX) {
+			more++;
+		} else {
+			const char *sep =
+			        shown ? ", " : "tensor names placed both on gpu and cpu: ";
+
+			rc = placefs_strbuf_adds(&sb, sep);
+			if (!rc)
+				rc = add_quoted(&sb, gpu[i]->tensor->name);
+			if (!rc)
+				rc = placefs_strbuf_addf(&sb, " (gpu: %s, cpu: %s)",
+				                         tfile(gpu[i]->tensor),
+				                         tfile(cpu[j]->tensor));
+			shown++;
+		}
+		/* Both lists are free of duplicates by now: step past the pair. */
+		i++;
+		j++;
+	}
+	if (!rc && more)
+		rc = placefs_strbuf_addf(&sb, ", and %zu more", more);
+	if (rc)
+		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	else if (shown)
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_OVERLAP, "%s",
+		                       placefs_strbuf_cstr(&sb));
+	placefs_strbuf_release(&sb);
+	return rc;
+}
+
+static int report_empty(const struct placefs_plan_options *opt, struct placefs_error *err)
+{
+	struct placefs_strbuf sb;
+	int rc;
+
+	placefs_strbuf_init(&sb);
+	if (opt->nprefixes == 0) {
+		rc = placefs_strbuf_adds(&sb, "the selection matched no tensors (no prefixes; the "
+		                              "checkpoint has no tensors)");
+	} else {
+		rc = placefs_strbuf_adds(&sb, "the selection matched no tensors (prefixes: ");
+		for (size_t i = 0; rc == 0 && i < opt->nprefixes; i++) {
+			if (i)
+				rc = placefs_strbuf_adds(&sb, ", ");
+			if (!rc)
+				rc = add_quoted(&sb, opt->prefixes[i]);
+		}
+		if (!rc)
+			rc = placefs_strbuf_adds(&sb, ")");
+	}
+	if (rc)
+		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	else
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_EMPTY, "%s",
+		                       placefs_strbuf_cstr(&sb));
+	placefs_strbuf_release(&sb);
+	return rc;
+}
+
+static int selected(const char *name, const struct placefs_plan_options *opt)
+{
+	if (opt->nprefixes == 0)
+		return 1;
+	for (size_t i = 0; i < opt->nprefixes; i++) {
+		if (strncmp(name, opt->prefixes[i], strlen(opt->prefixes[i])) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Encodes every selected name into one allocation and indexes it by file name. */
+static int encode_names(struct placefs_plan *plan, struct placefs_error *err)
+{
+	struct placefs_strbuf sb;
+	size_t *off = NULL;
+	int rc = -ENOMEM;
+
+	placefs_strbuf_init(&sb);
+	off = calloc(plan->n, sizeof(*off));
+	plan->by_fname = calloc(plan->n, sizeof(*plan->by_fname));
+	if (!off || !plan->by_fname)
+		goto nomem;
+	for (size_t i = 0; i < plan->n; i++) {
+		const struct placefs_tensor *t = plan->entries[i].tensor;
+		char fname[PLACEFS_NAME_MAX + 1];
+		struct placefs_error nerr;
+
+		placefs_error_clear(&nerr);
+		rc = placefs_name_encode(t->name, fname, &nerr);
+		if (rc) {
+			/* The encoder names the tensor; add the shard it lives in. */
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_NAME, "%s: %s", tfile(t),
+			                       nerr.msg);
+			goto out;
+		}
+		off[i] = sb.len;
+		rc = placefs_strbuf_add(&sb, fname, strlen(fname) + 1);
+		if (rc)
+			goto nomem;
+	}
+	/* Pointers are fixed only now: the buffer moved while it grew. */
+	plan->names = placefs_strbuf_detach(&sb, NULL);
+	if (!plan->names)
+		goto nomem;
+	for (size_t i = 0; i < plan->n; i++) {
+		plan->entries[i].fname = plan->names + off[i];
+		plan->by_fname[i] = &plan->entries[i];
+	}
+	qsort(plan->by_fname, plan->n, sizeof(*plan->by_fname), cmp_entry_fname);
+	rc = 0;
+	goto out;
+nomem:
+	rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory building the plan");
+out:
+	placefs_strbuf_release(&sb);
+	free(off);
+	return rc;
+}
+
+static int compute_ring(struct placefs_plan *plan, struct placefs_error *err)
+{
+	const struct placefs_plan_totals *t = &plan->totals;
+	uint64_t r;
+
+	if (plan->has_limit) {
+		plan->ring = plan->limit;
+		return 0;
+	}
+	/* Room for the largest tensor, and for several small ones in flight. */
+	r = t->bytes[PLACEFS_PLACE_GPU] < PLACEFS_PLAN_AUTO_RING ? t->bytes[PLACEFS_PLACE_GPU]
+	                                                         : PLACEFS_PLAN_AUTO_RING;
+	if (t->largest[PLACEFS_PLACE_GPU] > r)
+		r = t->largest[PLACEFS_PLACE_GPU];
+	if (__builtin_add_overflow(r, RING_ALIGN - 1, &r))
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
+		                         "a %" PRIu64
+		                         "-byte tensor is too large for a staging ring",
+		                         t->largest[PLACEFS_PLACE_GPU]);
+	r &= ~(RING_ALIGN - 1);
+	plan->ring = r < RING_ALIGN ? RING_ALIGN : r;
+	return 0;
+}
+
+int placefs_plan_create(const struct placefs_tensor *tensors, size_t n,
+                        const struct placefs_plan_options *opt, struct placefs_plan **out,
+                        struct placefs_error *err)
+{
+	static const struct placefs_plan_options none = {0};
+	const struct placefs_plan_entry **byp[2] = {NULL, NULL};
+	size_t nby[2] = {0, 0};
+	struct placefs_plan *plan = NULL;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if (!opt)
+		opt = &none;
+	if (!out || (n && !tensors) || (opt->nprefixes && !opt->prefixes))
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "placefs_plan_create: invalid arguments");
+	for (size_t i = 0; i < opt->nprefixes; i++) {
+		if (!opt->prefixes[i])
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                         "placefs_plan_create: prefix %zu is NULL", i);
+	}
+	if (opt->has_limit && opt->limit == 0)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
+		                         "the staging limit must be greater than zero");
+
+	plan = calloc(1, sizeof(*plan));
+	if (!plan)
+		goto nomem;
+	plan->has_limit = opt->has_limit;
+	plan->limit = opt->has_limit ? opt->limit : 0;
+	plan->entries = calloc(n ? n : 1, sizeof(*plan->entries));
+	byp[0] = calloc(n ? n : 1, sizeof(*byp[0]));
+	byp[1] = calloc(n ? n : 1, sizeof(*byp[1]));
+	if (!plan->entries || !byp[0] || !byp[1])
+		goto nomem;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct placefs_tensor *t = &tensors[i];
+		struct placefs_plan_entry *e;
+		enum placefs_placement p;
+
+		if (!t->name) {
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                       "placefs_plan_create: tensor %zu has no name", i);
+			goto fail;
+		}
+		if (!selected(t->name, opt))
+			continue;
+		p = (!opt->has_limit || t->nbytes <= opt->limit) ? PLACEFS_PLACE_GPU
+		                                                 : PLACEFS_PLACE_CPU;
+		e = &plan->entries[plan->n++];
+		e->tensor = t;
+		e->placement = p;
+		e->fname = NULL;
+		plan->totals.count[p]++;
+		if (__builtin_add_overflow(plan->totals.bytes[p], t->nbytes,
+		                           &plan->totals.bytes[p])) {
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                       "the selected tensors total more than %" PRIu64
+			                       " bytes",
+			                       UINT64_MAX);
+			goto fail;
+		}
+		if (t->nbytes > plan->totals.largest[p])
+			plan->totals.largest[p] = t->nbytes;
+	}
+	for (size_t i = 0; i < plan->n; i++) {
+		enum placefs_placement p = plan->entries[i].placement;
+
+		byp[p][nby[p]++] = &plan->entries[i];
+	}
+	for (int p = 0; p < 2; p++)
+		qsort(byp[p], nby[p], sizeof(*byp[p]), cmp_entry_name);
+
+	rc = check_dups(byp[PLACEFS_PLACE_CPU], nby[PLACEFS_PLACE_CPU], "CPU-placed",
+	                PLACEFS_E_DUP_CPU, err);
+	if (!rc)
+		rc = check_dups(byp[PLACEFS_PLACE_GPU], nby[PLACEFS_PLACE_GPU], "GPU-placed",
+		                PLACEFS_E_DUP_GPU, err);
+	if (!rc)
+		rc = check_overlap(byp[PLACEFS_PLACE_GPU], nby[PLACEFS_PLACE_GPU],
+		                   byp[PLACEFS_PLACE_CPU], nby[PLACEFS_PLACE_CPU], err);
+	if (!rc && plan->n == 0)
+		rc = report_empty(opt, err);
+	if (!rc)
+		rc = encode_names(plan, err);
+	if (!rc)
+		rc = compute_ring(plan, err);
+	if (rc)
+		goto fail;
+	free(byp[0]);
+	free(byp[1]);
+	*out = plan;
+	return 0;
+
+nomem:
+	rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory building the plan");
+fail:
+	free(byp[0]);
+	free(byp[1]);
+	placefs_plan_free(plan);
+	return rc;
+}
+
+void placefs_plan_free(struct placefs_plan *plan)
+{
+	if (!plan)
+		return;
+	free(plan->by_fname);
+	free(plan->names);
+	free(plan->entries);
+	free(plan);
+}
+
+size_t placefs_plan_count(const struct placefs_plan *plan)
+{
+	return plan->n;
+}
+
+const struct placefs_plan_entry *placefs_plan_entry(const struct placefs_plan *plan, size_t i)
+{
+	return i < plan->n ? &plan->entries[i] : NULL;
+}
+
+long placefs_plan_find(const struct placefs_plan *plan, const char *fname)
+{
+	const struct placefs_plan_entry *const *hit;
+
+	if (!fname || plan->n == 0)
+		return -1;
+	hit = bsearch(fname, plan->by_fname, plan->n, sizeof(*plan->by_fname), cmp_key_fname);
+	return hit ? (long)(*hit - plan->entries) : -1;
+}
+
+int placefs_plan_has_limit(const struct placefs_plan *plan)
+{
+	return plan->has_limit;
+}
+
+uint64_t placefs_plan_limit(const struct placefs_plan *plan)
+{
+	return plan->limit;
+}
+
+uint64_t placefs_plan_ring_bytes(const struct placefs_plan *plan)
+{
+	return plan->ring;
+}
+
+void placefs_plan_totals(const struct placefs_plan *plan, struct placefs_plan_totals *t)
+{
+	*t = plan->totals;
+}
+
+const char *placefs_placement_name(enum placefs_placement p)
+{
+	return p == PLACEFS_PLACE_CPU ? "cpu" : "gpu";
+}
+
+/* Undoes a partial format so that a failed call leaves sb as it was. */
+static int rollback(struct placefs_strbuf *sb, size_t len, int rc)
+{
+	if (rc && sb->buf) {
+		sb->len = len;
+		sb->buf[len] = '\0';
+	}
+	return rc;
+}
+
+int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
+                             struct placefs_strbuf *sb)
+{
+	const struct placefs_plan_totals *t = &plan->totals;
+	size_t start = sb->len;
+	int rc;
+
+	rc = placefs_strbuf_adds(sb, "{\"source\": ");
+	if (!rc)
+		rc = source ? placefs_strbuf_add_json_string(sb, source)
+		            : placefs_strbuf_adds(sb, "null");
+	if (!rc)
+		rc = plan->has_limit
+		             ? placefs_strbuf_addf(sb, ", \"buffer_size\": %" PRIu64, plan->limit)
+		             : placefs_strbuf_adds(sb, ", \"buffer_size\": null");
+	if (!rc)
+		rc = placefs_strbuf_addf(sb, ", \"ring_bytes\": %" PRIu64 ", \"tensors\": [",
+		                         plan->ring);
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_plan_entry *e = &plan->entries[i];
+		const struct placefs_tensor *ts = e->tensor;
+
+		rc = placefs_strbuf_adds(sb, i ? ", {\"name\": " : "{\"name\": ");
+		if (!rc)
+			rc = placefs_strbuf_add_json_string(sb, ts->name);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, ", \"file\": ");
+		if (!rc)
+			rc = placefs_strbuf_add_json_string(sb, ts->file ? ts->file : "");
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, ", \"dtype\": ");
+		if (!rc)
+			rc = placefs_strbuf_add_json_string(sb, placefs_dtype_name(ts->dtype));
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, ", \"shape\": ");
+		if (!rc)
+			rc = placefs_strbuf_add_json_u64_array(sb, ts->shape, ts->ndim);
+		if (!rc)
+			rc = placefs_strbuf_addf(sb,
+			                         ", \"nbytes\": %" PRIu64 ", \"offset\": %" PRIu64
+			                         ", \"placement\": \"%s\"}",
+			                         ts->nbytes, ts->offset,
+			                         placefs_placement_name(e->placement));
+	}
+	if (!rc)
+		rc = placefs_strbuf_addf(sb,
+		                         "], \"totals\": {\"gpu\": {\"count\": %" PRIu64
+		                         ", \"bytes\": %" PRIu64 "}, \"cpu\": {\"count\": %" PRIu64
+		                         ", \"bytes\": %" PRIu64 "}}}\n",
+		                         t->count[PLACEFS_PLACE_GPU], t->bytes[PLACEFS_PLACE_GPU],
+		                         t->count[PLACEFS_PLACE_CPU], t->bytes[PLACEFS_PLACE_CPU]);
+	return rollback(sb, start, rc);
+}
+
+static int add_shape(struct placefs_strbuf *sb, const struct placefs_tensor *t)
+{
+	int rc = placefs_strbuf_adds(sb, "[");
+
+	for (uint32_t d = 0; rc == 0 && d < t->ndim; d++)
+		rc = placefs_strbuf_addf(sb, d ? ", %" PRIu64 : "%" PRIu64, t->shape[d]);
+	return rc ? rc : placefs_strbuf_adds(sb, "]");
+}
+
+static size_t shape_width(const struct placefs_tensor *t)
+{
+	size_t w = 2;
+
+	for (uint32_t d = 0; d < t->ndim; d++) {
+		w += (size_t)snprintf(NULL, 0, "%" PRIu64, t->shape[d]);
+		if (d)
+			w += 2;
+	}
+	return w;
+}
+
+static int add_pad(struct placefs_strbuf *sb, size_t n)
+{
+	static const char spaces[] = "                                ";
+	int rc = 0;
+
+	while (rc == 0 && n > 0) {
+		size_t k = n < sizeof(spaces) - 1 ? n : sizeof(spaces) - 1;
+
+		rc = placefs_strbuf_add(sb, spaces, k);
+		n -= k;
+	}
+	return rc;
+}
+
+static int add_summary(const struct placefs_plan *plan, struct placefs_strbuf *sb)
+{
+	const struct placefs_plan_totals *t = &plan->totals;
+	char h1[32], h2[32];
+	int rc = 0;
+
+	for (int p = 0; rc == 0 && p < 2; p++) {
+		placefs_size_format(t->bytes[p], h1, sizeof(h1));
+		placefs_size_format(t->largest[p], h2, sizeof(h2));
+		rc = placefs_strbuf_addf(sb,
+		                         "%s: %" PRIu64 " tensor%s, %" PRIu64
+		                         " bytes (%s), largest %" PRIu64 " bytes (%s)\n",
+		                         placefs_placement_name((enum placefs_placement)p),
+		                         t->count[p], t->count[p] == 1 ? "" : "s", t->bytes[p], h1,
+		                         t->largest[p], h2);
+	}
+	if (rc)
+		return rc;
+	if (plan->has_limit) {
+		placefs_size_format(plan->limit, h1, sizeof(h1));
+		rc = placefs_strbuf_addf(sb,
+		                         "staging limit: %" PRIu64
+		                         " bytes (%s): larger tensors are read on the cpu\n",
+		                         plan->limit, h1);
+	} else {
+		rc = placefs_strbuf_adds(sb, "staging limit: none: every selected tensor is "
+		                             "staged on the gpu\n");
+	}
+	if (rc)
+		return rc;
+	placefs_size_format(plan->ring, h1, sizeof(h1));
+	if (plan->has_limit) {
+		rc = placefs_strbuf_addf(
+		        sb, "ring: %" PRIu64 " bytes (%s), sized to the staging limit\n",
+		        plan->ring, h1);
+	} else {
+		char h3[32];
+
+		placefs_size_format(PLACEFS_PLAN_AUTO_RING, h3, sizeof(h3));
+		rc = placefs_strbuf_addf(sb,
+		                         "ring: %" PRIu64 " bytes (%s), sized automatically: "
+		                         "max(largest gpu tensor, min(gpu total, %s)), "
+		                         "rounded up to %llu bytes\n",
+		                         plan->ring, h1, h3, RING_ALIGN);
+	}
+	return rc;
+}
+
+int placefs_plan_format_summary(const struct placefs_plan *plan, struct placefs_strbuf *sb)
+{
+	size_t start = sb->len;
+
+	return rollback(sb, start, add_summary(plan, sb));
+}
+
+int placefs_plan_format_text(const struct placefs_plan *plan, const char *source,
+                             struct placefs_strbuf *sb)
+{
+	size_t start = sb->len;
+	size_t wb = strlen("BYTES"), wd = strlen("DTYPE"), ws = strlen("SHAPE"),
+	       wf = strlen("FILE");
+	int rc;
+
+	for (size_t i = 0; i < plan->n; i++) {
+		const struct placefs_tensor *t = plan->entries[i].tensor;
+		size_t w;
+
+		w = (size_t)snprintf(NULL, 0, "%" PRIu64, t->nbytes);
+		wb = w > wb ? w : wb;
+		w = strlen(placefs_dtype_name(t->dtype));
+		wd = w > wd ? w : wd;
+		w = shape_width(t);
+		ws = w > ws ? w : ws;
+		w = strlen(tfile(t));
+		wf = w > wf ? w : wf;
+	}
+	rc = placefs_strbuf_addf(sb, "source: %s\nselected: %zu tensor%s\n\n",
+	                         source ? source : "(unknown)", plan->n, plan->n == 1 ? "" : "s");
+	if (!rc)
+		rc = placefs_strbuf_addf(sb, "PLACE  %*s  %-*s  %-*s  %-*s  NAME\n", (int)wb,
+		                         "BYTES", (int)wd, "DTYPE", (int)ws, "SHAPE", (int)wf,
+		                         "FILE");
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_plan_entry *e = &plan->entries[i];
+		const struct placefs_tensor *t = e->tensor;
+
+		rc = placefs_strbuf_addf(sb, "%-5s  %*" PRIu64 "  %-*s  ",
+		                         placefs_placement_name(e->placement), (int)wb, t->nbytes,
+		                         (int)wd, placefs_dtype_name(t->dtype));
+		if (!rc)
+			rc = add_shape(sb, t);
+		if (!rc)
+			rc = add_pad(sb, ws - shape_width(t) + 2);
+		if (!rc)
+			rc = placefs_strbuf_addf(sb, "%-*s  %s\n", (int)wf, tfile(t), t->name);
+	}
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, "\n");
+	if (!rc)
+		rc = add_summary(plan, sb);
+	return rollback(sb, start, rc);
+}
+
+/* One row of the sweep table, as text cells. */
+struct sweep_row {
+	char cell[6][32];
+};
+
+static int sweep_row(const struct placefs_tensor *tensors, size_t n,
+                     const struct placefs_plan_options *opt, struct sweep_row *row,
+                     uint64_t *largest, struct placefs_error *err)
+{
+	struct placefs_plan_totals t;
+	struct placefs_plan *plan = NULL;
+	struct placefs_error perr;
+	char h[32];
+	int rc;
+
+	placefs_error_clear(&perr);
+	rc = placefs_plan_create(tensors, n, opt, &plan, &perr);
+	if (rc) {
+		/* Say which candidate failed, unless it is the plain no-limit plan. */
+		if (opt->has_limit) {
+			placefs_size_format(opt->limit, h, sizeof(h));
+			placefs_error_prefix(&perr, "with a staging limit of %s", h);
+		}
+		return placefs_error_set(err, rc, perr.kind, "%s", perr.msg);
+	}
+	placefs_plan_totals(plan, &t);
+	if (opt->has_limit)
+		placefs_size_format(opt->limit, row->cell[0], sizeof(row->cell[0]));
+	else
+		snprintf(row->cell[0], sizeof(row->cell[0]), "none");
+	snprintf(row->cell[1], sizeof(row->cell[1]), "%" PRIu64, t.count[PLACEFS_PLACE_GPU]);
+	placefs_size_format(t.bytes[PLACEFS_PLACE_GPU], row->cell[2], sizeof(row->cell[2]));
+	snprintf(row->cell[3], sizeof(row->cell[3]), "%" PRIu64, t.count[PLACEFS_PLACE_CPU]);
+	placefs_size_format(t.bytes[PLACEFS_PLACE_CPU], row->cell[4], sizeof(row->cell[4]));
+	placefs_size_format(placefs_plan_ring_bytes(plan), row->cell[5], sizeof(row->cell[5]));
+	if (largest)
+		*largest = t.largest[PLACEFS_PLACE_GPU];
+	placefs_plan_free(plan);
+	return 0;
+}
+
+int placefs_plan_sweep(const struct placefs_tensor *tensors, size_t n, const char *const *prefixes,
+                       size_t nprefixes, const uint64_t *limits, size_t nlimits,
+                       struct placefs_strbuf *sb, struct placefs_error *err)
+{
+	static const char *const head[6] = {"limit",       "gpu tensors", "gpu bytes",
+	                                    "cpu tensors", "cpu bytes",   "ring bytes"};
+	struct placefs_plan_options opt = {.prefixes = prefixes, .nprefixes = nprefixes};
+	struct sweep_row *rows = NULL, none;
+	size_t nrows = 0, cap, start = sb ? sb->len : 0;
+	size_t w[6];
+	uint64_t largest = 0;
+	int rc;
+
+	if (!sb || (nlimits && !limits))
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "placefs_plan_sweep: invalid arguments");
+	/* The no-limit plan comes first: it validates the selection and sizes the candidates. */
+	rc = sweep_row(tensors, n, &opt, &none, &largest, err);
+	if (rc)
+		return rc;
+	if (nlimits) {
+		cap = nlimits;
+	} else {
+		/* Powers of two from 1 MiB to the first one >= the largest tensor: at most 44. */
+		cap = 64;
+	}
+	rows = calloc(cap + 1, sizeof(*rows));
+	if (!rows)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	opt.has_limit = 1;
+	if (nlimits) {
+		for (size_t i = 0; rc == 0 && i < nlimits; i++) {
+			opt.limit = limits[i];
+			rc = sweep_row(tensors, n, &opt, &rows[nrows++], NULL, err);
+		}
+	} else {
+		for (uint64_t lim = 1ULL << 20; rc == 0; lim <<= 1) {
+			opt.limit = lim;
+			rc = sweep_row(tensors, n, &opt, &rows[nrows++], NULL, err);
+			if (lim >= largest || lim == 1ULL << 63)
+				break;
+		}
+	}
+	if (rc)
+		goto out;
+	rows[nrows++] = none;
+
+	for (int c = 0; c < 6; c++) {
+		w[c] = strlen(head[c]);
+		for (size_t r = 0; r < nrows; r++) {
+			size_t l = strlen(rows[r].cell[c]);
+
+			w[c] = l > w[c] ? l : w[c];
+		}
+	}
+	rc = placefs_strbuf_addf(sb, "%-*s", (int)w[0], head[0]);
+	for (int c = 1; rc == 0 && c < 6; c++)
+		rc = placefs_strbuf_addf(sb, "  %*s", (int)w[c], head[c]);
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, "\n");
+	for (size_t r = 0; rc == 0 && r < nrows; r++) {
+		rc = placefs_strbuf_addf(sb, "%-*s", (int)w[0], rows[r].cell[0]);
+		for (int c = 1; rc == 0 && c < 6; c++)
+			rc = placefs_strbuf_addf(sb, "  %*s", (int)w[c], rows[r].cell[c]);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "\n");
+	}
+	if (rc)
+		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+out:
+	free(rows);
+	return rollback(sb, start, rc);
+}

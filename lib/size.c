@@ -1,1 +1,152 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "size.h"
+
+#define GRAMMAR "digits with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix"
+
+/* Longest part of a bad value quoted in a message; the rest is elided. */
+#define QUOTE_MAX 64
+
+/*
+ * Copies `s` into out as it should appear between double quotes in a message:
+ * quotes, backslashes and control bytes are escaped so that an environment
+ * variable holding garbage cannot break the one-line message.
+ */
+static void quote(const char *s, char *out, size_t outlen)
+{
+	size_t o = 0, i;
+
+	for (i = 0; s[i] && i < QUOTE_MAX; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char tmp[5];
+		size_t tl;
+
+		if (c == '"' || c == '\\') {
+			tmp[0] = '\\';
+			tmp[1] = (char)c;
+			tl = 2;
+		} else if (c < 0x20 || c == 0x7f) {
+			snprintf(tmp, sizeof(tmp), "\\x%02x", c);
+			tl = 4;
+		} else {
+			tmp[0] = (char)c;
+			tl = 1;
+		}
+		if (o + tl + 4 >= outlen)
+			break;
+		memcpy(out + o, tmp, tl);
+		o += tl;
+	}
+	if (s[i] && o + 4 < outlen) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+struct suffix {
+	const char *text;
+	unsigned shift;
+};
+
+static const struct suffix suffixes[] = {
+        {"K", 10},   {"M", 20},   {"G", 30},   {"T", 40},
+        {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40},
+};
+
+int placefs_size_parse(const char *text, const char *origin, uint64_t *out,
+                       struct placefs_error *err)
+{
+	char q[QUOTE_MAX * 4 + 8];
+	uint64_t v = 0;
+	const char *p;
+	unsigned shift = 0;
+	int overflow = 0;
+
+	if (!origin)
+		origin = "size";
+	if (!text)
+		text = "";
+	quote(text, q, sizeof(q));
+
+	if (!*text)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
+		                         "%s=\"\": empty value (" GRAMMAR ")", origin);
+	if (text[0] == '-' && text[1] >= '0' && text[1] <= '9')
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
+		                         "%s=\"%s\": must be greater than zero", origin, q);
+
+	for (p = text; *p >= '0' && *p <= '9'; p++) {
+		/* Keep scanning after an overflow so garbage still wins over range. */
+		if (__builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v))
+			overflow = 1;
+	}
+	if (p == text || *p == '.' || *p == 'e' || *p == 'E' || *p == 'x' || *p == 'X' ||
+	    *p == '_' || *p == ',')
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
+		                         "%s=\"%s\": not a whole number of bytes (" GRAMMAR ")",
+		                         origin, q);
+	if (*p) {
+		size_t i;
+
+		for (i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+			if (strcmp(p, suffixes[i].text) == 0)
+				break;
+		}
+		if (i == sizeof(suffixes) / sizeof(suffixes[0])) {
+			char qs[QUOTE_MAX * 4 + 8];
+
+			quote(p, qs, sizeof(qs));
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
+			                         "%s=\"%s\": unknown suffix \"%s\" (" GRAMMAR ")",
+			                         origin, q, qs);
+		}
+		shift = suffixes[i].shift;
+	}
+	if (!overflow && v == 0)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
+		                         "%s=\"%s\": must be greater than zero", origin, q);
+	if (overflow || (shift && v > (UINT64_MAX >> shift)))
+		return placefs_error_set(err, -ERANGE, PLACEFS_E_LIMIT,
+		                         "%s=\"%s\": too large (the most is %" PRIu64 " bytes)",
+		                         origin, q, UINT64_MAX);
+	*out = v << shift;
+	return 0;
+}
+
+void placefs_size_format(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	unsigned u = 0;
+	unsigned __int128 unit, hundredths;
+	uint64_t whole, frac;
+
+	if (!buf || !len)
+		return;
+	while (u + 1 < sizeof(units) / sizeof(units[0]) && (bytes >> (10 * (u + 1))) != 0)
+		u++;
+	unit = (unsigned __int128)1 << (10 * u);
+	if (bytes % unit == 0) {
+		snprintf(buf, len, "%" PRIu64 " %s", (uint64_t)(bytes / unit), units[u]);
+		return;
+	}
+	/*
+	 * Round to the nearest hundredth and drop trailing zeros, but keep
+	 * "1.00" when rounding lands on a whole number: an inexact value must not
+	 * look like an exact power.
+	 */
+	hundredths = ((unsigned __int128)bytes * 100 + unit / 2) / unit;
+	whole = (uint64_t)(hundredths / 100);
+	frac = (uint64_t)(hundredths % 100);
+	if (frac % 10 != 0 || frac == 0)
+		snprintf(buf, len, "%" PRIu64 ".%02" PRIu64 " %s", whole, frac, units[u]);
+	else
+		snprintf(buf, len, "%" PRIu64 ".%" PRIu64 " %s", whole, frac / 10, units[u]);
+}

@@ -94,9 +94,20 @@ int placefs_strbuf_addf(struct placefs_strbuf *sb, const char *fmt, ...)
 	return 0;
 }
 
+/* Drops a partial append so that a failed adder leaves the old contents. */
+static int truncate_on_error(struct placefs_strbuf *sb, size_t len, int rc)
+{
+	if (rc && sb->buf) {
+		sb->len = len;
+		sb->buf[len] = '\0';
+	}
+	return rc;
+}
+
 int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
+	size_t start = sb->len;
 	int rc = placefs_strbuf_add(sb, "\"", 1);
 
 	for (; rc == 0 && *p; p++) {
@@ -115,16 +126,21 @@ int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s)
 				rc = placefs_strbuf_add(sb, p, 1);
 		}
 	}
-	return rc ? rc : placefs_strbuf_add(sb, "\"", 1);
+	if (!rc)
+		rc = placefs_strbuf_add(sb, "\"", 1);
+	return truncate_on_error(sb, start, rc);
 }
 
 int placefs_strbuf_add_json_u64_array(struct placefs_strbuf *sb, const uint64_t *v, size_t n)
 {
+	size_t start = sb->len;
 	int rc = placefs_strbuf_add(sb, "[", 1);
 
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		rc = placefs_strbuf_addf(sb, i ? ", %" PRIu64 : "%" PRIu64, v[i]);
-	return rc ? rc : placefs_strbuf_add(sb, "]", 1);
+	if (!rc)
+		rc = placefs_strbuf_add(sb, "]", 1);
+	return truncate_on_error(sb, start, rc);
 }
 
 const char *placefs_strbuf_cstr(const struct placefs_strbuf *sb)

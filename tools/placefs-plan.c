@@ -1,1 +1,308 @@
-int main(void) { return 1; } /* placeholder */
+/* SPDX-License-Identifier: MIT */
+/*
+ * placefs-plan: prints what a mount of a checkpoint would contain and where
+ * each tensor would be staged, without mounting anything.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "error.h"
+#include "plan.h"
+#include "size.h"
+#include "strbuf.h"
+
+#define PROG      "placefs-plan"
+#define ENV_LIMIT "INSTANTTENSOR_BUFFER_SIZE"
+
+/* Exit statuses, documented in placefs-plan(1). */
+enum {
+	EXIT_OK = 0,
+	EXIT_ERROR = 1,
+	EXIT_USAGE = 2,
+	EXIT_CHECKPOINT = 3,
+	EXIT_LIMIT = 4,
+	EXIT_EMPTY = 5,
+	EXIT_DUP_GPU = 6,
+	EXIT_DUP_CPU = 7,
+	EXIT_OVERLAP = 8,
+	EXIT_NAME = 9,
+};
+
+static const char usage_text[] =
+        "usage: " PROG " [--buffer-size SIZE] [--prefix P]... [--index FILE] [--json]\n"
+        "                    [--sweep[=LIST]] SOURCE\n";
+
+static const char help_text[] =
+        "Shows which tensors of a safetensors checkpoint a placefs mount would expose\n"
+        "and whether each would be staged on the GPU or read on the CPU.\n"
+        "\n"
+        "SOURCE is a .safetensors file or a directory of shards.\n"
+        "\n"
+        "  --buffer-size SIZE  staging limit: tensors of at most SIZE bytes go to the\n"
+        "                      GPU, larger ones to the CPU (default:\n"
+        "                      $" ENV_LIMIT ", else no limit). SIZE is digits\n"
+        "                      with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix\n"
+        "                      (powers of 1024).\n"
+        "  --prefix P          select only tensors whose names start with P\n"
+        "                      (case-sensitive; repeatable; default: all)\n"
+        "  --index FILE        use this index instead of model.safetensors.index.json\n"
+        "  --json              print the plan as one line of JSON\n"
+        "  --sweep[=LIST]      print what each candidate limit would do; LIST is\n"
+        "                      comma-separated sizes (default: powers of two from 1 MiB)\n"
+        "  -h, --help          show this help and exit\n"
+        "  -V, --version       show the version and exit\n"
+        "\n"
+        "Exit status: 0 ok, 1 error, 2 usage, 3 bad checkpoint, index or source,\n"
+        "4 invalid limit, 5 empty selection, 6 duplicate GPU names, 7 duplicate CPU\n"
+        "names, 8 a name both on GPU and CPU, 9 a tensor name that cannot be a file name.\n";
+
+static void __attribute__((format(printf, 1, 2))) say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs(PROG ": ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int __attribute__((format(printf, 1, 2))) usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs(PROG ": ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see " PROG " --help)\n", stderr);
+	return EXIT_USAGE;
+}
+
+static int exit_for(const struct placefs_error *err)
+{
+	/*
+	 * A file that does not exist (an --index path, say) is a bad source
+	 * for the user, whichever layer noticed it.
+	 */
+	if (err->kind == PLACEFS_E_IO && err->code == -ENOENT)
+		return EXIT_CHECKPOINT;
+	switch (err->kind) {
+	case PLACEFS_E_FORMAT:
+	case PLACEFS_E_INDEX:
+	case PLACEFS_E_SOURCE:
+	case PLACEFS_E_DUP_SOURCE: return EXIT_CHECKPOINT;
+	case PLACEFS_E_LIMIT: return EXIT_LIMIT;
+	case PLACEFS_E_EMPTY: return EXIT_EMPTY;
+	case PLACEFS_E_DUP_GPU: return EXIT_DUP_GPU;
+	case PLACEFS_E_DUP_CPU: return EXIT_DUP_CPU;
+	case PLACEFS_E_OVERLAP: return EXIT_OVERLAP;
+	case PLACEFS_E_NAME: return EXIT_NAME;
+	case PLACEFS_E_USAGE: return EXIT_USAGE;
+	default: return EXIT_ERROR;
+	}
+}
+
+static int fail(const struct placefs_error *err)
+{
+	say("%s", err->msg[0] ? err->msg : strerror(-err->code));
+	return exit_for(err);
+}
+
+/* Splits a comma-separated --sweep list into parsed sizes. */
+static int parse_sweep(const char *list, uint64_t **out, size_t *n, struct placefs_error *err)
+{
+	size_t cap = 1, k = 0;
+	uint64_t *v;
+	char *copy, *item;
+	int rc = 0;
+
+	for (const char *p = list; *p; p++)
+		cap += *p == ',';
+	v = calloc(cap, sizeof(*v));
+	copy = strdup(list);
+	if (!v || !copy) {
+		free(v);
+		free(copy);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	}
+	/* strtok would merge ",," and hide an empty item, so walk by hand. */
+	item = copy;
+	for (;;) {
+		char *comma = strchr(item, ',');
+
+		if (comma)
+			*comma = '\0';
+		rc = placefs_size_parse(item, "--sweep", &v[k], err);
+		if (rc)
+			break;
+		k++;
+		if (!comma)
+			break;
+		item = comma + 1;
+	}
+	free(copy);
+	if (rc) {
+		free(v);
+		return rc;
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* Writes the whole buffer to stdout; a short write or a full disk is an error. */
+static int emit(const struct placefs_strbuf *sb)
+{
+	if (fwrite(placefs_strbuf_cstr(sb), 1, sb->len, stdout) != sb->len || fflush(stdout) != 0 ||
+	    ferror(stdout)) {
+		say("writing to standard output: %s", strerror(errno));
+		return EXIT_ERROR;
+	}
+	return EXIT_OK;
+}
+
+static int is_long(const char *arg)
+{
+	return strncmp(arg, "--", 2) == 0;
+}
+
+enum { OPT_BUFFER_SIZE = 256, OPT_PREFIX, OPT_INDEX, OPT_JSON, OPT_SWEEP };
+
+static const struct option long_opts[] = {
+        {"buffer-size", required_argument, NULL, OPT_BUFFER_SIZE},
+        {"prefix", required_argument, NULL, OPT_PREFIX},
+        {"index", required_argument, NULL, OPT_INDEX},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"sweep", optional_argument, NULL, OPT_SWEEP},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+};
+
+int main(int argc, char **argv)
+{
+	const char *buffer_size = NULL, *index = NULL, *sweep_list = NULL, *source;
+	const char **prefixes = NULL;
+	size_t nprefixes = 0, nlimits = 0;
+	uint64_t *limits = NULL;
+	int json = 0, sweep = 0, c, status = EXIT_OK;
+	struct placefs_plan_options opt = {0};
+	struct placefs_ckpt *ck = NULL;
+	struct placefs_plan *plan = NULL;
+	struct placefs_strbuf sb;
+	struct placefs_error err;
+
+	placefs_strbuf_init(&sb);
+	placefs_error_clear(&err);
+	/* At most one prefix per argument: argc bounds the array. */
+	prefixes = calloc((size_t)argc + 1, sizeof(*prefixes));
+	if (!prefixes) {
+		say("out of memory");
+		return EXIT_ERROR;
+	}
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":hV", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_BUFFER_SIZE: buffer_size = optarg; break;
+		case OPT_PREFIX: prefixes[nprefixes++] = optarg; break;
+		case OPT_INDEX: index = optarg; break;
+		case OPT_JSON: json = 1; break;
+		case OPT_SWEEP:
+			sweep = 1;
+			sweep_list = optarg;
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			fputs("\n", stdout);
+			fputs(help_text, stdout);
+			free(prefixes);
+			return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+		case 'V':
+			printf("%s %s\n", PROG, PACKAGE_VERSION);
+			free(prefixes);
+			return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+		case ':':
+			/* A long option is named by its argument, a short one by optopt. */
+			if (!is_long(argv[optind - 1]))
+				status = usage_error("option '-%c' needs a value", optopt);
+			else
+				status = usage_error("option '%s' needs a value", argv[optind - 1]);
+			goto out;
+		default:
+			if (!is_long(argv[optind - 1]))
+				status = usage_error("unknown option '-%c'", optopt);
+			else
+				status = usage_error("unknown option '%s'", argv[optind - 1]);
+			goto out;
+		}
+	}
+	if (optind + 1 != argc) {
+		if (optind == argc)
+			status = usage_error("no SOURCE given");
+		else
+			status = usage_error("more than one SOURCE given ('%s' and '%s')",
+			                     argv[optind], argv[optind + 1]);
+		goto out;
+	}
+	source = argv[optind];
+	if (json && sweep) {
+		status = usage_error("--json and --sweep cannot be combined");
+		goto out;
+	}
+
+	/* The option wins over the environment; a set but empty variable is an error. */
+	if (buffer_size) {
+		if (placefs_size_parse(buffer_size, "--buffer-size", &opt.limit, &err))
+			goto fail;
+		opt.has_limit = 1;
+	} else if (getenv(ENV_LIMIT)) {
+		if (placefs_size_parse(getenv(ENV_LIMIT), ENV_LIMIT, &opt.limit, &err))
+			goto fail;
+		opt.has_limit = 1;
+	}
+	if (sweep_list && parse_sweep(sweep_list, &limits, &nlimits, &err))
+		goto fail;
+	opt.prefixes = prefixes;
+	opt.nprefixes = nprefixes;
+
+	if (placefs_ckpt_open(source, index, &ck, &err))
+		goto fail;
+	if (sweep) {
+		if (placefs_plan_sweep(placefs_ckpt_tensors(ck), placefs_ckpt_tensor_count(ck),
+		                       prefixes, nprefixes, limits, nlimits, &sb, &err))
+			goto fail;
+	} else {
+		int rc;
+
+		if (placefs_plan_create(placefs_ckpt_tensors(ck), placefs_ckpt_tensor_count(ck),
+		                        &opt, &plan, &err))
+			goto fail;
+		rc = json ? placefs_plan_format_json(plan, source, &sb)
+		          : placefs_plan_format_text(plan, source, &sb);
+		if (rc) {
+			placefs_error_set(&err, rc, PLACEFS_E_NOMEM, "formatting the plan: %s",
+			                  strerror(-rc));
+			goto fail;
+		}
+	}
+	status = emit(&sb);
+	goto out;
+
+fail:
+	status = fail(&err);
+out:
+	placefs_plan_free(plan);
+	placefs_ckpt_free(ck);
+	placefs_strbuf_release(&sb);
+	free(limits);
+	free(prefixes);
+	return status;
+}
