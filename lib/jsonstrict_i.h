@@ -53,4 +53,14 @@ int placefs_json_u64(const struct placefs_json *js, const cJSON *node, uint64_t 
 /* 1 if `s` (len bytes) is valid UTF-8, else 0. */
 int placefs_utf8_valid(const char *s, size_t len);
 
+#define PLACEFS_JSON_QUOTE_MAX 256
+
+/*
+ * Writes `s` into buf (size bytes, at least 16) as a double-quoted string for
+ * an error message: '"' and '\\' are escaped, control bytes become \xNN, and
+ * a string too long to fit is cut at a character boundary and ends in "...".
+ * Returns buf.
+ */
+const char *placefs_json_quote(char *buf, size_t size, const char *s);
+
 #endif
