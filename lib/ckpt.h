@@ -31,9 +31,9 @@
 #include "safetensors.h"
 
 struct placefs_shard {
-	const char *file;   /* path relative to the source directory, as in the index */
-	const char *path;   /* path opened (source directory joined with file) */
-	int fd;             /* read-only descriptor, owned by the ckpt */
+	const char *file; /* path relative to the source directory, as in the index */
+	const char *path; /* path opened (source directory joined with file) */
+	int fd;           /* read-only descriptor, owned by the ckpt */
 	dev_t dev;
 	ino_t ino;
 	uint64_t size;
@@ -44,13 +44,13 @@ struct placefs_shard {
 
 struct placefs_tensor {
 	const char *name;
-	uint32_t shard;     /* index into the ckpt's shards */
-	const char *file;   /* == shard's file, for convenience */
+	uint32_t shard;   /* index into the ckpt's shards */
+	const char *file; /* == shard's file, for convenience */
 	enum placefs_dtype dtype;
 	uint32_t ndim;
 	const uint64_t *shape;
 	uint64_t nbytes;
-	uint64_t offset;    /* absolute byte offset in the shard */
+	uint64_t offset; /* absolute byte offset in the shard */
 };
 
 struct placefs_ckpt;
@@ -62,7 +62,7 @@ struct placefs_ckpt;
  * tensor and the rule (kinds PLACEFS_E_SOURCE, _FORMAT, _INDEX, _DUP_SOURCE, _IO).
  */
 int placefs_ckpt_open(const char *source, const char *index, struct placefs_ckpt **out,
-		      struct placefs_error *err);
+                      struct placefs_error *err);
 void placefs_ckpt_free(struct placefs_ckpt *ck); /* NULL ok; closes the shard fds */
 
 const char *placefs_ckpt_source(const struct placefs_ckpt *ck); /* as given */

@@ -17,7 +17,7 @@ void placefs_error_clear(struct placefs_error *err)
 }
 
 int placefs_error_set(struct placefs_error *err, int code, enum placefs_errkind kind,
-		      const char *fmt, ...)
+                      const char *fmt, ...)
 {
 	va_list ap;
 

@@ -13,25 +13,25 @@
 
 enum placefs_errkind {
 	PLACEFS_E_NONE = 0,
-	PLACEFS_E_IO,           /* a system call failed */
-	PLACEFS_E_FORMAT,       /* a malformed safetensors file */
-	PLACEFS_E_INDEX,        /* a malformed or inconsistent index */
-	PLACEFS_E_SOURCE,       /* the source path is unusable */
-	PLACEFS_E_LIMIT,        /* an invalid size value (staging limit...) */
-	PLACEFS_E_NAME,         /* a tensor name that cannot be a file name */
-	PLACEFS_E_EMPTY,        /* the selection matched no tensor */
-	PLACEFS_E_DUP_GPU,      /* duplicate names among GPU-placed tensors */
-	PLACEFS_E_DUP_CPU,      /* duplicate names among CPU-placed tensors */
-	PLACEFS_E_OVERLAP,      /* a name placed both on GPU and CPU */
-	PLACEFS_E_DUP_SOURCE,   /* a name in two shards with no index */
-	PLACEFS_E_USAGE,        /* bad arguments to an API */
-	PLACEFS_E_NOMEM,        /* out of memory */
+	PLACEFS_E_IO,         /* a system call failed */
+	PLACEFS_E_FORMAT,     /* a malformed safetensors file */
+	PLACEFS_E_INDEX,      /* a malformed or inconsistent index */
+	PLACEFS_E_SOURCE,     /* the source path is unusable */
+	PLACEFS_E_LIMIT,      /* an invalid size value (staging limit...) */
+	PLACEFS_E_NAME,       /* a tensor name that cannot be a file name */
+	PLACEFS_E_EMPTY,      /* the selection matched no tensor */
+	PLACEFS_E_DUP_GPU,    /* duplicate names among GPU-placed tensors */
+	PLACEFS_E_DUP_CPU,    /* duplicate names among CPU-placed tensors */
+	PLACEFS_E_OVERLAP,    /* a name placed both on GPU and CPU */
+	PLACEFS_E_DUP_SOURCE, /* a name in two shards with no index */
+	PLACEFS_E_USAGE,      /* bad arguments to an API */
+	PLACEFS_E_NOMEM,      /* out of memory */
 };
 
 #define PLACEFS_ERROR_MSG_MAX 1024
 
 struct placefs_error {
-	int code;                 /* negative errno, 0 when clear */
+	int code; /* negative errno, 0 when clear */
 	enum placefs_errkind kind;
 	char msg[PLACEFS_ERROR_MSG_MAX];
 };
@@ -47,11 +47,11 @@ void placefs_error_clear(struct placefs_error *err);
  * over callers that add context with placefs_error_prefix().
  */
 int placefs_error_set(struct placefs_error *err, int code, enum placefs_errkind kind,
-		      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Prepends "<text>: " to an existing message (for context such as a path). */
 void placefs_error_prefix(struct placefs_error *err, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 
 /* Short stable name of a kind, e.g. "duplicate-gpu". */
 const char *placefs_errkind_name(enum placefs_errkind kind);

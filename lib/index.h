@@ -20,12 +20,12 @@
 struct placefs_index;
 
 /* Parses `len` bytes of JSON. `file` names the index in messages. kind PLACEFS_E_INDEX. */
-int placefs_index_parse(const char *file, const char *text, size_t len,
-			struct placefs_index **out, struct placefs_error *err);
+int placefs_index_parse(const char *file, const char *text, size_t len, struct placefs_index **out,
+                        struct placefs_error *err);
 
 /* Reads and parses the file at `path`; `file` is its display name. */
 int placefs_index_load(const char *path, const char *file, struct placefs_index **out,
-		       struct placefs_error *err);
+                       struct placefs_error *err);
 
 void placefs_index_free(struct placefs_index *idx); /* NULL ok */
 

@@ -38,7 +38,7 @@ struct placefs_json;
  * -ENOMEM.
  */
 int placefs_json_parse(const char *file, const char *text, size_t len, enum placefs_errkind kind,
-		       struct placefs_json **out, struct placefs_error *err);
+                       struct placefs_json **out, struct placefs_error *err);
 void placefs_json_free(struct placefs_json *js); /* NULL ok */
 
 const cJSON *placefs_json_root(const struct placefs_json *js);

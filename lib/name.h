@@ -21,7 +21,7 @@
  * -ENAMETOOLONG with kind PLACEFS_E_NAME and a message naming the tensor.
  */
 int placefs_name_encode(const char *name, char out[PLACEFS_NAME_MAX + 1],
-			struct placefs_error *err);
+                        struct placefs_error *err);
 
 /*
  * Decodes an encoded file name into out (at least strlen(fname) + 1 bytes).

@@ -37,18 +37,18 @@ enum placefs_placement {
 struct placefs_plan_options {
 	const char *const *prefixes; /* nprefixes entries; none = everything */
 	size_t nprefixes;
-	int has_limit;               /* 0: no staging limit */
-	uint64_t limit;              /* > 0 when has_limit */
+	int has_limit;  /* 0: no staging limit */
+	uint64_t limit; /* > 0 when has_limit */
 };
 
 struct placefs_plan_entry {
 	const struct placefs_tensor *tensor;
 	enum placefs_placement placement;
-	const char *fname;           /* encoded file name (lib/name.h) */
+	const char *fname; /* encoded file name (lib/name.h) */
 };
 
 struct placefs_plan_totals {
-	uint64_t count[2];           /* indexed by enum placefs_placement */
+	uint64_t count[2]; /* indexed by enum placefs_placement */
 	uint64_t bytes[2];
 	uint64_t largest[2];
 };
@@ -56,8 +56,8 @@ struct placefs_plan_totals {
 struct placefs_plan;
 
 int placefs_plan_create(const struct placefs_tensor *tensors, size_t n,
-			const struct placefs_plan_options *opt, struct placefs_plan **out,
-			struct placefs_error *err);
+                        const struct placefs_plan_options *opt, struct placefs_plan **out,
+                        struct placefs_error *err);
 void placefs_plan_free(struct placefs_plan *plan); /* NULL ok */
 
 /* Selected entries, in the order of the input tensors (checkpoint order). */
@@ -81,10 +81,10 @@ const char *placefs_placement_name(enum placefs_placement p); /* "gpu" / "cpu" *
  * Both placefs-plan --json and the mount's .placefs/plan.json use this.
  */
 int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
-			     struct placefs_strbuf *sb);
+                             struct placefs_strbuf *sb);
 /* The text plan: one line per tensor, then a summary. */
 int placefs_plan_format_text(const struct placefs_plan *plan, const char *source,
-			     struct placefs_strbuf *sb);
+                             struct placefs_strbuf *sb);
 /* The summary lines alone (used in the daemon's start-up log). */
 int placefs_plan_format_summary(const struct placefs_plan *plan, struct placefs_strbuf *sb);
 
@@ -94,8 +94,8 @@ int placefs_plan_format_summary(const struct placefs_plan *plan, struct placefs_
  * first one >= the largest selected tensor, plus "none". Selection errors are
  * reported as by placefs_plan_create.
  */
-int placefs_plan_sweep(const struct placefs_tensor *tensors, size_t n,
-		       const char *const *prefixes, size_t nprefixes, const uint64_t *limits,
-		       size_t nlimits, struct placefs_strbuf *sb, struct placefs_error *err);
+int placefs_plan_sweep(const struct placefs_tensor *tensors, size_t n, const char *const *prefixes,
+                       size_t nprefixes, const uint64_t *limits, size_t nlimits,
+                       struct placefs_strbuf *sb, struct placefs_error *err);
 
 #endif

@@ -21,13 +21,13 @@
 #define PLACEFS_ST_HEADER_MAX 100000000ULL /* bytes, as the reference reader */
 
 struct placefs_st_tensor {
-	const char *name;         /* UTF-8, NUL-free, may be empty */
+	const char *name; /* UTF-8, NUL-free, may be empty */
 	enum placefs_dtype dtype;
 	uint32_t ndim;
-	const uint64_t *shape;    /* ndim entries; NULL when ndim == 0 (scalar) */
-	uint64_t begin, end;      /* data_offsets, relative to the data buffer */
-	uint64_t nbytes;          /* end - begin */
-	uint64_t offset;          /* absolute offset in the file: 8 + N + begin */
+	const uint64_t *shape; /* ndim entries; NULL when ndim == 0 (scalar) */
+	uint64_t begin, end;   /* data_offsets, relative to the data buffer */
+	uint64_t nbytes;       /* end - begin */
+	uint64_t offset;       /* absolute offset in the file: 8 + N + begin */
 };
 
 struct placefs_st_meta {
@@ -44,7 +44,7 @@ struct placefs_st_header;
  * file in messages. Returns 0 or -EINVAL (kind PLACEFS_E_FORMAT).
  */
 int placefs_st_header_length(const char *file, const uint8_t *prefix, size_t prefix_len,
-			     uint64_t file_size, uint64_t *n, struct placefs_error *err);
+                             uint64_t file_size, uint64_t *n, struct placefs_error *err);
 
 /*
  * Parses and validates the N-byte JSON header `json` (not NUL-terminated)
@@ -54,33 +54,32 @@ int placefs_st_header_length(const char *file, const uint8_t *prefix, size_t pre
  * Returns 0 or a negative errno (kind PLACEFS_E_FORMAT, -ENOMEM).
  */
 int placefs_st_header_parse(const char *file, const char *json, size_t n, uint64_t file_size,
-			    struct placefs_st_header **out, struct placefs_error *err);
+                            struct placefs_st_header **out, struct placefs_error *err);
 
 /* Whole-buffer convenience (the fuzz target's entry): `data` is the file. */
 int placefs_st_parse_buffer(const char *file, const uint8_t *data, size_t len,
-			    struct placefs_st_header **out, struct placefs_error *err);
+                            struct placefs_st_header **out, struct placefs_error *err);
 
 /*
  * Reads and parses the header of an open file (pread; the file offset is
  * not moved). `file_size` comes from the caller's fstat so the caller can
  * record exactly what was validated.
  */
-int placefs_st_read_fd(const char *file, int fd, uint64_t file_size,
-		       struct placefs_st_header **out, struct placefs_error *err);
+int placefs_st_read_fd(const char *file, int fd, uint64_t file_size, struct placefs_st_header **out,
+                       struct placefs_error *err);
 
 void placefs_st_header_free(struct placefs_st_header *h); /* NULL ok */
 
-uint64_t placefs_st_header_json_len(const struct placefs_st_header *h); /* N */
+uint64_t placefs_st_header_json_len(const struct placefs_st_header *h);   /* N */
 uint64_t placefs_st_header_data_start(const struct placefs_st_header *h); /* 8 + N */
 size_t placefs_st_header_tensor_count(const struct placefs_st_header *h);
 /* i < count; sorted by offset. Pointers live as long as h. */
 const struct placefs_st_tensor *placefs_st_header_tensor(const struct placefs_st_header *h,
-							  size_t i);
+                                                         size_t i);
 /* 1 when __metadata__ is a map (possibly empty), 0 when absent or null. */
 int placefs_st_header_has_meta(const struct placefs_st_header *h);
 size_t placefs_st_header_meta_count(const struct placefs_st_header *h);
 /* In file order. */
-const struct placefs_st_meta *placefs_st_header_meta(const struct placefs_st_header *h,
-						      size_t i);
+const struct placefs_st_meta *placefs_st_header_meta(const struct placefs_st_header *h, size_t i);
 
 #endif

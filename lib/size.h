@@ -25,7 +25,7 @@
  * (overflow) with kind PLACEFS_E_LIMIT and a message quoting the value.
  */
 int placefs_size_parse(const char *text, const char *origin, uint64_t *out,
-		       struct placefs_error *err);
+                       struct placefs_error *err);
 
 /* Formats bytes for humans: "512 B", "1.5 KiB", "8 MiB", "2.25 GiB". */
 void placefs_size_format(uint64_t bytes, char *buf, size_t len);

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 struct placefs_strbuf {
-	char *buf;   /* NULL until the first add; use placefs_strbuf_cstr() */
-	size_t len;  /* bytes used, excluding the terminating NUL */
+	char *buf;  /* NULL until the first add; use placefs_strbuf_cstr() */
+	size_t len; /* bytes used, excluding the terminating NUL */
 	size_t alloc;
 };
 
@@ -28,7 +28,7 @@ int placefs_strbuf_grow(struct placefs_strbuf *sb, size_t extra);
 int placefs_strbuf_add(struct placefs_strbuf *sb, const void *data, size_t len);
 int placefs_strbuf_adds(struct placefs_strbuf *sb, const char *s);
 int placefs_strbuf_addf(struct placefs_strbuf *sb, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 /* Appends s as a JSON string literal, quotes included (RFC 8259 escaping). */
 int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s);
 /* Appends a JSON array of unsigned integers: [1, 2, 3] ("[]" when n == 0). */

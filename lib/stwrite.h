@@ -31,15 +31,15 @@ struct placefs_stwrite_tensor {
  * Returns 0 or a negative errno with a message.
  */
 int placefs_stwrite_file(const char *path, const struct placefs_stwrite_tensor *t, size_t n,
-			 const char *const *meta, size_t nmeta, uint64_t seed,
-			 struct placefs_error *err);
+                         const char *const *meta, size_t nmeta, uint64_t seed,
+                         struct placefs_error *err);
 
 /* Fills buf with the payload bytes [pos, pos + len) of tensor `name`. */
-void placefs_stwrite_fill(uint64_t seed, const char *name, enum placefs_dtype dtype,
-			  uint64_t pos, void *buf, size_t len);
+void placefs_stwrite_fill(uint64_t seed, const char *name, enum placefs_dtype dtype, uint64_t pos,
+                          void *buf, size_t len);
 
 /* Payload bytes of a tensor (elements x bits / 8); -EOVERFLOW or -EINVAL. */
 int placefs_stwrite_nbytes(enum placefs_dtype dtype, uint32_t ndim, const uint64_t *shape,
-			   uint64_t *out);
+                           uint64_t *out);
 
 #endif

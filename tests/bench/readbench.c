@@ -80,7 +80,7 @@ static void *worker(void *arg)
 				continue;
 			if (n <= 0) {
 				fprintf(stderr, "readbench: %s at %" PRIu64 ": %s\n", r->path,
-					r->off + done, n < 0 ? strerror(errno) : "unexpected EOF");
+				        r->off + done, n < 0 ? strerror(errno) : "unexpected EOF");
 				atomic_store(&failed, 1);
 				break;
 			}
