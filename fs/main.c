@@ -1,1 +1,290 @@
-int main(void) { return 1; } /* placeholder */
+/* SPDX-License-Identifier: MIT */
+/*
+ * placefs: mounts a safetensors checkpoint read-only through libfuse3.
+ *
+ * Order: parse and validate the options -> open and validate the
+ * checkpoint -> plan -> build the tree -> create the session (which rejects
+ * unknown libfuse options) -> signal handlers -> mount -> daemonize (only
+ * now, so that the parent exits once the mount is live) -> log the plan
+ * summary -> multithreaded loop -> unmount -> release in reverse order.
+ * Everything that can be wrong with the command line or the checkpoint is
+ * found before anything is mounted.
+ *
+ * Exit status: 0 after a clean unmount (fusermount3 -u, umount, SIGTERM,
+ * SIGINT, SIGHUP) or for -h/-V. Failures before mounting use placefs-plan's
+ * statuses, so scripts can treat both tools alike: 1 other error, 2 bad
+ * command line, 3 bad checkpoint, index or source, 4 invalid staging limit,
+ * 5 empty selection, 6-8 duplicate or overlapping names, 9 a name that
+ * cannot be a file name. Then 10: the FUSE session could not be set up or
+ * mounted (libfuse says why: an unknown option, no /dev/fuse, ...); 11: the
+ * session loop failed.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "ops.h"
+#include "opts.h"
+#include "size.h"
+
+enum {
+	EXIT_OK = 0,
+	EXIT_ERROR = 1,
+	EXIT_USAGE = 2,
+	EXIT_CHECKPOINT = 3,
+	EXIT_LIMIT = 4,
+	EXIT_EMPTY = 5,
+	EXIT_DUP_GPU = 6,
+	EXIT_DUP_CPU = 7,
+	EXIT_OVERLAP = 8,
+	EXIT_NAME = 9,
+	EXIT_MOUNT = 10,
+	EXIT_LOOP = 11,
+};
+
+/* The exit status for a failure before mounting, as placefs-plan maps it. */
+static int exit_for(const struct placefs_error *err)
+{
+	/* A path that does not exist is a bad source, whichever layer noticed it. */
+	if (err->kind == PLACEFS_E_IO && err->code == -ENOENT)
+		return EXIT_CHECKPOINT;
+	switch (err->kind) {
+	case PLACEFS_E_FORMAT:
+	case PLACEFS_E_INDEX:
+	case PLACEFS_E_SOURCE:
+	case PLACEFS_E_DUP_SOURCE: return EXIT_CHECKPOINT;
+	case PLACEFS_E_LIMIT: return EXIT_LIMIT;
+	case PLACEFS_E_EMPTY: return EXIT_EMPTY;
+	case PLACEFS_E_DUP_GPU: return EXIT_DUP_GPU;
+	case PLACEFS_E_DUP_CPU: return EXIT_DUP_CPU;
+	case PLACEFS_E_OVERLAP: return EXIT_OVERLAP;
+	case PLACEFS_E_NAME: return EXIT_NAME;
+	case PLACEFS_E_USAGE: return EXIT_USAGE;
+	default: return EXIT_ERROR;
+	}
+}
+
+static void log_summary(const struct placefs_mount *m, const struct placefs_opts *o)
+{
+	struct placefs_strbuf sb;
+	char lim[32];
+
+	if (o->has_limit)
+		placefs_size_format(o->limit, lim, sizeof(lim));
+	placefs_log(LOG_INFO, "mounted '%s' on %s (read-only, %zu shard%s, staging limit %s%s%s%s)",
+	            o->source, o->mountpoint, m->nshards, m->nshards == 1 ? "" : "s",
+	            o->has_limit ? lim : "none", o->has_limit ? " from " : "",
+	            o->has_limit ? o->limit_origin : "",
+	            o->read_mode == PLACEFS_READ_MMAP ? ", read_mode=mmap" : ", read_mode=pread");
+	placefs_strbuf_init(&sb);
+	if (placefs_plan_format_summary(m->plan, &sb) == 0)
+		placefs_log_lines(LOG_INFO, placefs_strbuf_cstr(&sb));
+	placefs_strbuf_release(&sb);
+}
+
+/* Undoes mountinfo's octal escapes (space is \\040) in place. */
+static void unescape_mountinfo(char *s)
+{
+	char *d = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*d++ = *s;
+		}
+	}
+	*d = '\0';
+}
+
+/*
+ * Finds the device number ("major:minor") of the mount on `mnt` in
+ * /proc/self/mountinfo (the last entry wins: the top of a stack). Reading
+ * mountinfo never touches the new mount, so this is safe before the loop runs.
+ */
+static void find_bdi(const char *mnt, char *out, size_t len)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	out[0] = '\0';
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		char *save = NULL, *dev = NULL, *mp = NULL, *tok;
+		int i;
+
+		for (i = 0, tok = strtok_r(line, " ", &save); tok && i < 5;
+		     i++, tok = strtok_r(NULL, " ", &save)) {
+			if (i == 2)
+				dev = tok;
+			else if (i == 4)
+				mp = tok;
+		}
+		if (!dev || !mp)
+			continue;
+		unescape_mountinfo(mp);
+		if (strcmp(mp, mnt) == 0)
+			snprintf(out, len, "%s", dev);
+	}
+	free(line);
+	fclose(f);
+}
+
+static int run_loop(struct fuse_session *se, const struct placefs_opts *o)
+{
+	struct fuse_loop_config *cfg;
+	int ret;
+
+	if (o->singlethread)
+		return fuse_session_loop(se);
+	cfg = fuse_loop_cfg_create();
+	if (!cfg) {
+		placefs_log(LOG_ERR, "cannot create the loop configuration");
+		return -ENOMEM;
+	}
+	fuse_loop_cfg_set_clone_fd(cfg, (unsigned int)o->clone_fd);
+	fuse_loop_cfg_set_max_threads(cfg, o->max_threads);
+	if (o->max_idle_threads != UINT_MAX)
+		fuse_loop_cfg_set_idle_threads(cfg, o->max_idle_threads);
+	ret = fuse_session_loop_mt(se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	return ret;
+}
+
+int main(int argc, char *argv[])
+{
+	struct placefs_opts opts;
+	struct placefs_error err;
+	struct placefs_ckpt *ck = NULL;
+	struct placefs_plan *plan = NULL;
+	struct placefs_plan_options po;
+	struct placefs_mount m;
+	struct fuse_session *se = NULL;
+	const struct fuse_lowlevel_ops *ops;
+	size_t ops_size;
+	int status = EXIT_ERROR;
+	int ret;
+
+	memset(&opts, 0, sizeof(opts));
+	memset(&m, 0, sizeof(m));
+	placefs_error_clear(&err);
+
+	if (placefs_opts_parse(argc, argv, &opts, &err) < 0) {
+		fprintf(stderr, "placefs: %s\n", err.msg);
+		status = exit_for(&err);
+		goto out_opts;
+	}
+	if (opts.show_help) {
+		placefs_opts_usage(stdout, "placefs");
+		printf("FUSE options:\n");
+		fflush(stdout);
+		fuse_cmdline_help();
+		fuse_lowlevel_help();
+		status = EXIT_OK;
+		goto out_opts;
+	}
+	if (opts.show_version) {
+		printf("placefs %s (built with libfuse %s)\n", PACKAGE_VERSION,
+		       PLACEFS_BUILD_FUSE_VERSION);
+		fflush(stdout);
+		fuse_lowlevel_version();
+		status = EXIT_OK;
+		goto out_opts;
+	}
+
+	if (placefs_ckpt_open(opts.source_abs, opts.index, &ck, &err) < 0) {
+		fprintf(stderr, "placefs: %s\n", err.msg);
+		status = exit_for(&err);
+		goto out_opts;
+	}
+	memset(&po, 0, sizeof(po));
+	po.prefixes = (const char *const *)opts.prefixes;
+	po.nprefixes = opts.nprefixes;
+	po.has_limit = opts.has_limit;
+	po.limit = opts.limit;
+	if (placefs_plan_create(placefs_ckpt_tensors(ck), placefs_ckpt_tensor_count(ck), &po, &plan,
+	                        &err) < 0) {
+		fprintf(stderr, "placefs: %s\n", err.msg);
+		status = exit_for(&err);
+		goto out_ckpt;
+	}
+	if (placefs_mount_init(&m, &opts, ck, plan, &err) < 0) {
+		fprintf(stderr, "placefs: %s\n", err.msg);
+		status = exit_for(&err);
+		goto out_mount_state;
+	}
+
+	status = EXIT_MOUNT;
+	ops = placefs_ops_table(&ops_size);
+	se = fuse_session_new(&opts.args, ops, ops_size, &m);
+	if (!se) {
+		/* libfuse has printed the reason (an unknown option, most often). */
+		fprintf(stderr, "placefs: cannot create the FUSE session; nothing mounted\n");
+		goto out_mount_state;
+	}
+	m.se = se;
+	/*
+	 * libfuse only takes over signals still at their default action, and a
+	 * shell without job control starts background commands with SIGINT
+	 * ignored: reset them so that SIGINT, SIGTERM and SIGHUP always end the
+	 * daemon cleanly.
+	 */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	if (fuse_set_signal_handlers(se) != 0) {
+		fprintf(stderr, "placefs: cannot install signal handlers\n");
+		goto out_session;
+	}
+	if (fuse_session_mount(se, opts.mountpoint) != 0) {
+		fprintf(stderr, "placefs: cannot mount on %s\n", opts.mountpoint);
+		goto out_signals;
+	}
+	find_bdi(opts.mountpoint, m.bdi, sizeof(m.bdi));
+	if (fuse_daemonize(opts.foreground) != 0) {
+		fprintf(stderr, "placefs: cannot daemonize\n");
+		goto out_unmount;
+	}
+	if (!opts.foreground)
+		placefs_log_to_syslog(1);
+	log_summary(&m, &opts);
+	if (!m.check_reads)
+		placefs_log(LOG_WARNING, "PLACEFS_TEST_SKIP_READ_CHECK is set: reads do not "
+		                         "verify their shard first (testing only)");
+
+	ret = run_loop(se, &opts);
+	if (ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {
+		placefs_log(LOG_INFO, "unmounting %s", opts.mountpoint);
+		status = EXIT_OK;
+	} else {
+		placefs_log(LOG_ERR, "session loop failed (%d); unmounting %s", ret,
+		            opts.mountpoint);
+		status = EXIT_LOOP;
+	}
+
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+out_mount_state:
+	placefs_mount_release(&m);
+	placefs_plan_free(plan);
+out_ckpt:
+	placefs_ckpt_free(ck);
+out_opts:
+	placefs_opts_release(&opts);
+	return status;
+}

@@ -1,1 +1,1022 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "name.h"
+#include "ops.h"
+
+#define XATTR_PREFIX "user.placefs."
+
+/* The tensor xattrs, in the order listxattr gives them. */
+static const char *const xattr_names[] = {
+        XATTR_PREFIX "placement", XATTR_PREFIX "dtype",  XATTR_PREFIX "shape",
+        XATTR_PREFIX "nbytes",    XATTR_PREFIX "source", XATTR_PREFIX "offset",
+        XATTR_PREFIX "name",
+};
+#define N_XATTRS (sizeof(xattr_names) / sizeof(xattr_names[0]))
+
+/*
+ * A control file's content generated at open (stats), owned by the file
+ * handle. Reference-counted: the kernel may deliver RELEASE (from the reader
+ * woken by our reply) before the replying thread has returned from writev,
+ * so a READ holds its own reference while it replies.
+ */
+struct ctl_buf {
+	atomic_int refs;
+	size_t len;
+	char data[];
+};
+
+static struct ctl_buf *ctl_buf_get(uint64_t fh)
+{
+	struct ctl_buf *cb = (struct ctl_buf *)(uintptr_t)fh;
+
+	atomic_fetch_add(&cb->refs, 1);
+	return cb;
+}
+
+static void ctl_buf_put(struct ctl_buf *cb)
+{
+	if (atomic_fetch_sub(&cb->refs, 1) == 1)
+		free(cb);
+}
+
+/* The one way a callback reaches the mount state. */
+static struct placefs_mount *mount_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* ---- per-thread read buffer ------------------------------------------------ */
+
+/*
+ * Each worker thread keeps one buffer for pread-mode replies, sized for the
+ * largest request it has seen (1 MiB by default), so a READ costs no
+ * allocation. The key's destructor frees it when libfuse ends the thread.
+ */
+struct tbuf {
+	size_t cap;
+	char data[];
+};
+
+static pthread_key_t tbuf_key;
+static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
+static int tbuf_key_ok;
+
+static void tbuf_key_create(void)
+{
+	tbuf_key_ok = pthread_key_create(&tbuf_key, free) == 0;
+}
+
+static char *thread_buf(size_t len)
+{
+	struct tbuf *b;
+	size_t cap;
+
+	pthread_once(&tbuf_once, tbuf_key_create);
+	if (!tbuf_key_ok)
+		return NULL;
+	b = pthread_getspecific(tbuf_key);
+	if (b && b->cap >= len)
+		return b->data;
+	cap = len < PLACEFS_MAX_READ ? PLACEFS_MAX_READ : len;
+	free(b);
+	pthread_setspecific(tbuf_key, NULL);
+	b = malloc(sizeof(*b) + cap);
+	if (!b)
+		return NULL;
+	b->cap = cap;
+	pthread_setspecific(tbuf_key, b);
+	return b->data;
+}
+
+/* ---- shard health ------------------------------------------------------------ */
+
+/* Records that shard i went bad; logs only the transition so a reader loop cannot flood the log. */
+static void shard_mark_bad(struct placefs_mount *m, uint32_t i, int rc, const char *msg)
+{
+	atomic_fetch_add_explicit(&m->ctr.stale_refusals, 1, memory_order_relaxed);
+	if (atomic_exchange(&m->shard_bad[i], 1) == 0)
+		placefs_log(LOG_ERR, "%s: reads of its tensors now fail with %s", msg,
+		            rc == -ESTALE ? "ESTALE"
+		            : rc == -EIO  ? "EIO"
+		                          : strerror(-rc));
+}
+
+/*
+ * Verifies shard i against what was validated at mount (2 system calls).
+ * Returns 0 or the negative errno to answer with.
+ */
+static int shard_ok(struct placefs_mount *m, uint32_t i)
+{
+	struct placefs_error err;
+	int rc;
+
+	placefs_error_clear(&err);
+	rc = placefs_ckpt_shard_check(m->ckpt, i, &err);
+	if (rc == 0) {
+		if (atomic_load_explicit(&m->shard_bad[i], memory_order_relaxed) &&
+		    atomic_exchange(&m->shard_bad[i], 0) == 1)
+			placefs_log(LOG_NOTICE,
+			            "shard '%s' matches what was validated again; serving it",
+			            placefs_ckpt_shard(m->ckpt, i)->file);
+		return 0;
+	}
+	if (rc != -ESTALE && rc != -EIO)
+		rc = -EIO;
+	shard_mark_bad(m, i, rc, err.msg[0] ? err.msg : placefs_ckpt_shard(m->ckpt, i)->file);
+	return rc;
+}
+
+/*
+ * Sets this mount's readahead (-o readahead=) through sysfs, once, on the
+ * first request after INIT. Root only; otherwise the kernel default stays.
+ */
+static void tune_bdi_once(struct placefs_mount *m)
+{
+	char path[96], val[32];
+	uint64_t ra = m->opts->readahead;
+	int fd, n, ok = 0, e = 0;
+
+	if (atomic_load_explicit(&m->bdi_tuned, memory_order_relaxed) ||
+	    atomic_exchange(&m->bdi_tuned, 1))
+		return;
+	if (ra == 0 || m->bdi[0] == '\0')
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", m->bdi);
+	n = snprintf(val, sizeof(val), "%llu\n", (unsigned long long)(ra + 1023) / 1024);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ok = write(fd, val, (size_t)n) == n;
+		e = errno;
+		close(fd);
+	} else {
+		e = errno;
+	}
+	if (ok)
+		placefs_log(LOG_INFO, "readahead set to %llu KiB (%s)",
+		            (unsigned long long)(ra + 1023) / 1024, path);
+	else
+		placefs_log(LOG_NOTICE, "cannot set readahead through %s (%s); kernel default kept",
+		            path, strerror(e));
+}
+
+/* ---- mount state --------------------------------------------------------------- */
+
+int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
+                       struct placefs_ckpt *ckpt, struct placefs_plan *plan,
+                       struct placefs_error *err)
+{
+	struct timespec now;
+	size_t i;
+	int rc;
+
+	m->opts = opts;
+	m->ckpt = ckpt;
+	m->plan = plan;
+	clock_gettime(CLOCK_MONOTONIC, &m->started);
+	clock_gettime(CLOCK_REALTIME, &now);
+	rc = placefs_vtree_create(ckpt, plan, opts->source, getuid(), getgid(), now, &m->vt, err);
+	if (rc < 0)
+		return rc;
+	m->check_reads = getenv("PLACEFS_TEST_SKIP_READ_CHECK") == NULL;
+	atomic_init(&m->bdi_tuned, 0);
+	m->nshards = placefs_ckpt_shard_count(ckpt);
+	m->shard_bad = calloc(m->nshards ? m->nshards : 1, sizeof(*m->shard_bad));
+	if (!m->shard_bad)
+		goto nomem;
+	for (i = 0; i < m->nshards; i++)
+		atomic_init(&m->shard_bad[i], 0);
+	atomic_init(&m->ctr.reads, 0);
+	atomic_init(&m->ctr.bytes[0], 0);
+	atomic_init(&m->ctr.bytes[1], 0);
+	atomic_init(&m->ctr.read_errors, 0);
+	atomic_init(&m->ctr.opens, 0);
+	atomic_init(&m->ctr.open_files, 0);
+	atomic_init(&m->ctr.stale_refusals, 0);
+
+	if (opts->read_mode == PLACEFS_READ_MMAP) {
+		m->maps = calloc(m->nshards ? m->nshards : 1, sizeof(*m->maps));
+		m->map_len = calloc(m->nshards ? m->nshards : 1, sizeof(*m->map_len));
+		if (!m->maps || !m->map_len)
+			goto nomem;
+		for (i = 0; i < m->nshards; i++) {
+			const struct placefs_shard *s = placefs_ckpt_shard(ckpt, i);
+			void *p = MAP_FAILED;
+
+			if (s->size <= SIZE_MAX)
+				p = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
+			if (p == MAP_FAILED) {
+				/* A source that cannot be mapped is still served, with pread. */
+				placefs_log(LOG_WARNING,
+				            "shard '%s' cannot be mapped (%s); "
+				            "serving it with pread",
+				            s->file,
+				            s->size > SIZE_MAX ? "too large" : strerror(errno));
+				continue;
+			}
+			m->maps[i] = p;
+			m->map_len[i] = (size_t)s->size;
+		}
+	}
+	return 0;
+nomem:
+	return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+}
+
+void placefs_mount_release(struct placefs_mount *m)
+{
+	size_t i;
+
+	if (!m)
+		return;
+	if (m->maps) {
+		for (i = 0; i < m->nshards; i++)
+			if (m->maps[i])
+				munmap((void *)m->maps[i], m->map_len[i]);
+	}
+	free(m->maps);
+	free(m->map_len);
+	free(m->shard_bad);
+	placefs_vtree_free(m->vt);
+	m->maps = NULL;
+	m->map_len = NULL;
+	m->shard_bad = NULL;
+	m->vt = NULL;
+}
+
+int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *sb)
+{
+	struct placefs_plan_totals t;
+	struct timespec now;
+	double up;
+	size_t i, nbad = 0;
+	int rc;
+
+	placefs_plan_totals(m->plan, &t);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	up = (double)(now.tv_sec - m->started.tv_sec) +
+	     (double)(now.tv_nsec - m->started.tv_nsec) / 1e9;
+	rc = placefs_strbuf_addf(
+	        sb,
+	        "{\"reads\": %llu, \"bytes_read\": {\"gpu\": %llu, \"cpu\": %llu}, "
+	        "\"read_errors\": %llu, \"opens\": %llu, \"open_files\": %lld, "
+	        "\"stale_refusals\": %llu, \"tensors\": {\"gpu\": %llu, \"cpu\": %llu}, "
+	        "\"read_mode\": \"%s\", \"uptime_s\": %.3f, \"stale_shards\": [",
+	        (unsigned long long)atomic_load(&m->ctr.reads),
+	        (unsigned long long)atomic_load(&m->ctr.bytes[PLACEFS_PLACE_GPU]),
+	        (unsigned long long)atomic_load(&m->ctr.bytes[PLACEFS_PLACE_CPU]),
+	        (unsigned long long)atomic_load(&m->ctr.read_errors),
+	        (unsigned long long)atomic_load(&m->ctr.opens),
+	        (long long)atomic_load(&m->ctr.open_files),
+	        (unsigned long long)atomic_load(&m->ctr.stale_refusals),
+	        (unsigned long long)t.count[PLACEFS_PLACE_GPU],
+	        (unsigned long long)t.count[PLACEFS_PLACE_CPU],
+	        m->opts->read_mode == PLACEFS_READ_MMAP ? "mmap" : "pread", up);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < m->nshards; i++) {
+		if (!atomic_load(&m->shard_bad[i]))
+			continue;
+		if ((nbad++ > 0 && (rc = placefs_strbuf_adds(sb, ", ")) < 0) ||
+		    (rc = placefs_strbuf_add_json_string(sb,
+		                                         placefs_ckpt_shard(m->ckpt, i)->file)) < 0)
+			return rc;
+	}
+	if ((rc = placefs_strbuf_adds(sb, "]")) < 0)
+		return rc;
+	if (m->stats_hook && (rc = m->stats_hook(m, sb)) < 0)
+		return rc;
+	return placefs_strbuf_adds(sb, "}\n");
+}
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static int fill_entry(const struct placefs_mount *m, uint64_t ino, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = ino;
+	e->generation = 1;
+	e->attr_timeout = PLACEFS_TIMEOUT;
+	e->entry_timeout = PLACEFS_TIMEOUT;
+	return placefs_vtree_stat(m->vt, ino, &e->attr);
+}
+
+/* Replies with the part of data[0, len) that [off, off + size) covers. */
+static void reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off)
+{
+	if (off < 0)
+		fuse_reply_err(req, EINVAL);
+	else if ((uint64_t)off >= len)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, data + off,
+		               len - (size_t)off < size ? len - (size_t)off : size);
+}
+
+/* The value of xattr `name` of plan entry e into sb: 0, or -ENODATA for an unknown name. */
+static int xattr_value(const struct placefs_mount *m, const struct placefs_plan_entry *e,
+                       const char *name, struct placefs_strbuf *sb)
+{
+	const struct placefs_tensor *t = e->tensor;
+
+	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
+		return -ENODATA;
+	name += strlen(XATTR_PREFIX);
+	if (strcmp(name, "placement") == 0)
+		return placefs_strbuf_adds(sb, placefs_placement_name(e->placement));
+	if (strcmp(name, "dtype") == 0)
+		return placefs_strbuf_adds(sb, placefs_dtype_name(t->dtype));
+	if (strcmp(name, "shape") == 0)
+		return placefs_strbuf_add_json_u64_array(sb, t->shape, t->ndim);
+	if (strcmp(name, "nbytes") == 0)
+		return placefs_strbuf_addf(sb, "%llu", (unsigned long long)t->nbytes);
+	if (strcmp(name, "source") == 0)
+		return placefs_strbuf_adds(sb, placefs_ckpt_shard(m->ckpt, t->shard)->file);
+	if (strcmp(name, "offset") == 0)
+		return placefs_strbuf_addf(sb, "%llu", (unsigned long long)t->offset);
+	if (strcmp(name, "name") == 0)
+		return placefs_strbuf_adds(sb, t->name);
+	return -ENODATA;
+}
+
+/* Answers a getxattr/listxattr with `data`, following the size-0 probe protocol. */
+static void reply_xattr_data(fuse_req_t req, const char *data, size_t len, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, data, len);
+}
+
+/* ---- operations ------------------------------------------------------------------ */
+
+/* Negotiates the connection: full READDIRPLUS always, long-lived caches. No reply. */
+static void placefs_op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+	/* Always PLUS: "auto" falls back to LOOKUP per entry after the first few thousand. */
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	/*
+	 * With POSIX ACL support the kernel asks for system.posix_acl_* once per
+	 * inode and caches the answer (there are none: ENODATA), instead of
+	 * sending `ls -l`'s two ACL probes per file to the daemon every time.
+	 */
+	if (conn->capable & FUSE_CAP_POSIX_ACL)
+		conn->want |= FUSE_CAP_POSIX_ACL;
+	/* Large O_DIRECT reads become parallel 1 MiB requests instead of a serial chain. */
+	if (conn->capable & FUSE_CAP_ASYNC_DIO)
+		conn->want |= FUSE_CAP_ASYNC_DIO;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->max_read = PLACEFS_MAX_READ;
+	/* More readahead requests in flight for cold cached reads (the default is 12). */
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	conn->time_gran = 1;
+}
+
+/* Valid replies: fuse_reply_entry, fuse_reply_err (ENOENT for a bad parent, ENOTDIR). */
+static void placefs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct fuse_entry_param e;
+	int64_t ino;
+
+	tune_bdi_once(m);
+	ino = placefs_vtree_lookup(m->vt, parent, name);
+	if (ino < 0) {
+		fuse_reply_err(req, (int)-ino);
+		return;
+	}
+	if (ino == 0) {
+		/* A negative entry, cached as long as the positive ones: the tree never changes. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = PLACEFS_TIMEOUT;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (fill_entry(m, (uint64_t)ino, &e) < 0)
+		fuse_reply_err(req, ENOENT);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+/* Inodes live as long as the mount, so lookup counts need no tracking. Valid reply: none. */
+static void placefs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	(void)ino;
+	(void)nlookup;
+	fuse_reply_none(req);
+}
+
+/* Valid reply: none. */
+static void placefs_op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	(void)count;
+	(void)forgets;
+	fuse_reply_none(req);
+}
+
+/* Valid replies: fuse_reply_attr, fuse_reply_err (ENOENT). */
+static void placefs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int rc;
+
+	(void)fi;
+	tune_bdi_once(mount_of(req));
+	rc = placefs_vtree_stat(mount_of(req)->vt, ino, &st);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, PLACEFS_TIMEOUT);
+}
+
+/* Valid replies: fuse_reply_readlink, fuse_reply_err (EINVAL: not a link, ENOENT). */
+static void placefs_op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[sizeof(PLACEFS_LINK_PREFIX) + PLACEFS_NAME_MAX + 1];
+	int rc;
+
+	rc = placefs_vtree_readlink(mount_of(req)->vt, ino, buf, sizeof(buf));
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_readlink(req, buf);
+}
+
+/*
+ * Tensors: page cache kept across opens (FOPEN_KEEP_CACHE) so MAP_SHARED
+ * mappings work; O_DIRECT opens get direct_io. The shard is checked here too,
+ * so a changed shard cannot be read even from pages cached before the change
+ * through a new open.
+ * Valid replies: fuse_reply_open, fuse_reply_err (EROFS, EISDIR, ESTALE, EIO, ENOMEM).
+ */
+static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct placefs_strbuf sb;
+	struct placefs_vnode node;
+	const struct placefs_plan_entry *e;
+	struct ctl_buf *cb;
+	int rc;
+
+	tune_bdi_once(m);
+	rc = placefs_vtree_get(m->vt, ino, &node);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (node.kind == PLACEFS_V_DIR) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_APPEND))) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	fi->noflush = 1;
+	switch (node.kind) {
+	case PLACEFS_V_TENSOR:
+		e = placefs_vtree_entry(m->vt, ino);
+		rc = shard_ok(m, e->tensor->shard);
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+		if (fi->flags & O_DIRECT)
+			fi->direct_io = 1;
+		else
+			fi->keep_cache = 1;
+		atomic_fetch_add(&m->ctr.open_files, 1);
+		if (fuse_reply_open(req, fi) != 0) {
+			/* The opener is gone (interrupted): no release will follow. */
+			atomic_fetch_sub(&m->ctr.open_files, 1);
+			return;
+		}
+		atomic_fetch_add_explicit(&m->ctr.opens, 1, memory_order_relaxed);
+		return;
+	case PLACEFS_V_FILE:
+		if (fi->flags & O_DIRECT)
+			fi->direct_io = 1;
+		else
+			fi->keep_cache = 1;
+		fuse_reply_open(req, fi);
+		return;
+	case PLACEFS_V_STATS:
+		/* Generated once per open, so a sequence of reads sees one consistent document. */
+		placefs_strbuf_init(&sb);
+		rc = placefs_stats_format(m, &sb);
+		cb = rc < 0 ? NULL : malloc(sizeof(*cb) + sb.len + 1);
+		if (!cb) {
+			placefs_strbuf_release(&sb);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		atomic_init(&cb->refs, 1);
+		cb->len = sb.len;
+		memcpy(cb->data, placefs_strbuf_cstr(&sb), sb.len + 1);
+		placefs_strbuf_release(&sb);
+		fi->fh = (uint64_t)(uintptr_t)cb;
+		fi->direct_io = 1;
+		if (fuse_reply_open(req, fi) != 0)
+			free(cb);
+		return;
+	default: fuse_reply_err(req, EINVAL); return;
+	}
+}
+
+/* Serves [off, off + size) of tensor ino; see placefs_op_read(). */
+static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino, size_t size,
+                        off_t off)
+{
+	const struct placefs_plan_entry *e = placefs_vtree_entry(m->vt, ino);
+	const struct placefs_tensor *t = e->tensor;
+	const struct placefs_shard *s;
+	uint64_t pos;
+	size_t len, done;
+	char *buf;
+	int rc;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if ((uint64_t)off >= t->nbytes) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	len = t->nbytes - (uint64_t)off < size ? (size_t)(t->nbytes - (uint64_t)off) : size;
+	pos = t->offset + (uint64_t)off;
+	if (m->check_reads && (rc = shard_ok(m, t->shard)) < 0)
+		goto fail;
+
+	if (m->maps && m->maps[t->shard]) {
+		/*
+		 * One writev to /dev/fuse straight from the mapping. Should the
+		 * shard shrink under it, the kernel's copy faults and the write
+		 * fails with EFAULT (the reader gets EIO); the daemon itself never
+		 * touches the mapped bytes, so it cannot take a SIGBUS.
+		 */
+		rc = fuse_reply_buf(req, (const char *)m->maps[t->shard] + pos, len);
+		if (rc < 0) {
+			char msg[512];
+
+			atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
+			s = placefs_ckpt_shard(m->ckpt, t->shard);
+			snprintf(msg, sizeof(msg),
+			         "shard '%s': replying from its mapping failed at byte %llu (%s; "
+			         "did it shrink?)",
+			         s->file, (unsigned long long)pos, strerror(-rc));
+			shard_mark_bad(m, t->shard, -EIO, msg);
+			return;
+		}
+		goto done;
+	}
+
+	buf = thread_buf(len);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	s = placefs_ckpt_shard(m->ckpt, t->shard);
+	for (done = 0; done < len;) {
+		ssize_t r = pread(s->fd, buf + done, len - done, (off_t)(pos + done));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			char msg[512];
+
+			/* A short read means the shard shrank: never answer with fewer bytes. */
+			rc = r < 0 ? -errno : -EIO;
+			snprintf(msg, sizeof(msg), "shard '%s': %s at byte %llu", s->file,
+			         r < 0 ? strerror(errno) : "short read",
+			         (unsigned long long)(pos + done));
+			shard_mark_bad(m, t->shard, -EIO, msg);
+			rc = -EIO;
+			goto fail;
+		}
+		done += (size_t)r;
+	}
+	fuse_reply_buf(req, buf, len);
+done:
+	atomic_fetch_add_explicit(&m->ctr.reads, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m->ctr.bytes[e->placement == PLACEFS_PLACE_CPU], len,
+	                          memory_order_relaxed);
+	return;
+fail:
+	atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
+	fuse_reply_err(req, -rc);
+}
+
+/*
+ * Exactly the source bytes for any offset and length; 0 bytes at or past the
+ * end. Valid replies: fuse_reply_buf, fuse_reply_err (ESTALE, EIO, EISDIR,
+ * EINVAL, ENOMEM).
+ */
+static void placefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                            struct fuse_file_info *fi)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct placefs_vnode node;
+	struct ctl_buf *cb;
+	int rc;
+
+	rc = placefs_vtree_get(m->vt, ino, &node);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	switch (node.kind) {
+	case PLACEFS_V_TENSOR: read_tensor(req, m, ino, size, off); return;
+	case PLACEFS_V_FILE: reply_slice(req, node.data, node.len, size, off); return;
+	case PLACEFS_V_STATS:
+		cb = ctl_buf_get(fi->fh);
+		reply_slice(req, cb->data, cb->len, size, off);
+		ctl_buf_put(cb);
+		return;
+	case PLACEFS_V_DIR: fuse_reply_err(req, EISDIR); return;
+	default: fuse_reply_err(req, EINVAL); return;
+	}
+}
+
+/* Valid reply: fuse_reply_err (always 0). */
+static void placefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct placefs_vnode node;
+
+	if (placefs_vtree_get(m->vt, ino, &node) == 0) {
+		if (node.kind == PLACEFS_V_TENSOR)
+			atomic_fetch_sub(&m->ctr.open_files, 1);
+		else if (node.kind == PLACEFS_V_STATS)
+			ctl_buf_put((struct ctl_buf *)(uintptr_t)fi->fh);
+	}
+	fuse_reply_err(req, 0);
+}
+
+/* Listings are cached by the kernel and kept across opens. Valid replies: fuse_reply_open, fuse_reply_err (ENOTDIR, ENOENT). */
+static void placefs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	int64_t n;
+
+	tune_bdi_once(mount_of(req));
+	n = placefs_vtree_dir_count(mount_of(req)->vt, ino);
+
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+/*
+ * Fills one readdir buffer from position `off` (0 ".", 1 "..", then the
+ * children); each entry's offset is its position + 1.
+ */
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct fuse_entry_param e;
+	int64_t count;
+	uint64_t i, child;
+	const char *name;
+	size_t pos = 0, ent;
+	char *buf;
+
+	count = placefs_vtree_dir_count(m->vt, ino);
+	if (count < 0) {
+		fuse_reply_err(req, (int)-count);
+		return;
+	}
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (i = (uint64_t)off; i < (uint64_t)count + 2; i++) {
+		if (i == 0) {
+			child = ino;
+			name = ".";
+		} else if (i == 1) {
+			child = placefs_vtree_parent(m->vt, ino);
+			name = "..";
+		} else if (placefs_vtree_dir_child(m->vt, ino, (size_t)(i - 2), &child, &name) <
+		           0) {
+			break;
+		}
+		if (fill_entry(m, child, &e) < 0)
+			break;
+		if (plus)
+			ent = fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e,
+			                             (off_t)(i + 1));
+		else
+			ent = fuse_add_direntry(req, buf + pos, size - pos, name, &e.attr,
+			                        (off_t)(i + 1));
+		if (ent > size - pos)
+			break;
+		pos += ent;
+	}
+	fuse_reply_buf(req, buf, pos);
+	free(buf);
+}
+
+/* Valid replies: fuse_reply_buf, fuse_reply_err (ENOTDIR, ENOENT, ENOMEM). */
+static void placefs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                               struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, 0);
+}
+
+/* Every entry carries full attributes, so `ls -l` needs no LOOKUP. Valid replies: as readdir. */
+static void placefs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                                   struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, 1);
+}
+
+/* Valid replies: fuse_reply_statfs, fuse_reply_err. */
+static void placefs_op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct statvfs sv;
+	uint64_t total = placefs_vtree_total_bytes(m->vt);
+
+	(void)ino;
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_blocks = total / 4096 + (total % 4096 != 0);
+	sv.f_files = placefs_vtree_inode_count(m->vt);
+	sv.f_namemax = PLACEFS_NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err (ENODATA, ERANGE, ENOMEM). */
+static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct placefs_vnode node;
+	struct placefs_strbuf sb;
+	int rc;
+
+	rc = placefs_vtree_get(m->vt, ino, &node);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (node.kind != PLACEFS_V_TENSOR) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	placefs_strbuf_init(&sb);
+	rc = xattr_value(m, placefs_vtree_entry(m->vt, ino), name, &sb);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		reply_xattr_data(req, placefs_strbuf_cstr(&sb), sb.len, size);
+	placefs_strbuf_release(&sb);
+}
+
+/* Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err (ERANGE). */
+static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct placefs_mount *m = mount_of(req);
+	struct placefs_vnode node;
+	char list[512];
+	size_t i, len = 0;
+	int rc;
+
+	rc = placefs_vtree_get(m->vt, ino, &node);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (node.kind == PLACEFS_V_TENSOR) {
+		for (i = 0; i < N_XATTRS; i++) {
+			size_t l = strlen(xattr_names[i]) + 1;
+
+			memcpy(list + len, xattr_names[i], l);
+			len += l;
+		}
+	}
+	reply_xattr_data(req, list, len, size);
+}
+
+/* Read-only: every write-class operation. Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                               struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)attr;
+	(void)to_set;
+	(void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                             dev_t rdev)
+{
+	(void)parent;
+	(void)name;
+	(void)mode;
+	(void)rdev;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)parent;
+	(void)name;
+	(void)mode;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent;
+	(void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent;
+	(void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+                               const char *name)
+{
+	(void)link;
+	(void)parent;
+	(void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+                              fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	(void)parent;
+	(void)name;
+	(void)newparent;
+	(void)newname;
+	(void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+                            const char *newname)
+{
+	(void)ino;
+	(void)newparent;
+	(void)newname;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+                             off_t off, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)buf;
+	(void)size;
+	(void)off;
+	(void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                              struct fuse_file_info *fi)
+{
+	(void)parent;
+	(void)name;
+	(void)mode;
+	(void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                                size_t size, int flags)
+{
+	(void)ino;
+	(void)name;
+	(void)value;
+	(void)size;
+	(void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	(void)ino;
+	(void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS). */
+static void placefs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
+                                 off_t length, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)mode;
+	(void)offset;
+	(void)length;
+	(void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Valid reply: fuse_reply_err (EROFS): the destination would be on this file system. */
+static void placefs_op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+                                       struct fuse_file_info *fi_in, fuse_ino_t ino_out,
+                                       off_t off_out, struct fuse_file_info *fi_out, size_t len,
+                                       int flags)
+{
+	(void)ino_in;
+	(void)off_in;
+	(void)fi_in;
+	(void)ino_out;
+	(void)off_out;
+	(void)fi_out;
+	(void)len;
+	(void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+static const struct fuse_lowlevel_ops placefs_ops = {
+        .init = placefs_op_init,
+        .lookup = placefs_op_lookup,
+        .forget = placefs_op_forget,
+        .forget_multi = placefs_op_forget_multi,
+        .getattr = placefs_op_getattr,
+        .readlink = placefs_op_readlink,
+        .open = placefs_op_open,
+        .read = placefs_op_read,
+        .release = placefs_op_release,
+        .opendir = placefs_op_opendir,
+        .readdir = placefs_op_readdir,
+        .readdirplus = placefs_op_readdirplus,
+        .statfs = placefs_op_statfs,
+        .getxattr = placefs_op_getxattr,
+        .listxattr = placefs_op_listxattr,
+        /* Write-class operations: the mount is read-only ("-o ro" makes the VFS refuse most first). */
+        .setattr = placefs_op_setattr,
+        .mknod = placefs_op_mknod,
+        .mkdir = placefs_op_mkdir,
+        .unlink = placefs_op_unlink,
+        .rmdir = placefs_op_rmdir,
+        .symlink = placefs_op_symlink,
+        .rename = placefs_op_rename,
+        .link = placefs_op_link,
+        .write = placefs_op_write,
+        .create = placefs_op_create,
+        .setxattr = placefs_op_setxattr,
+        .removexattr = placefs_op_removexattr,
+        .fallocate = placefs_op_fallocate,
+        .copy_file_range = placefs_op_copy_file_range,
+        /* .ioctl is left to the staging code (fs/stage.c): ENOTTY until then. */
+};
+
+const struct fuse_lowlevel_ops *placefs_ops_table(size_t *size)
+{
+	*size = sizeof(placefs_ops);
+	return &placefs_ops;
+}

@@ -1,1 +1,108 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops: the FUSE low-level operations and the per-mount state they share.
+ *
+ * The state is created by main() before the session and handed to
+ * fuse_session_new() as userdata; every callback reaches it through one
+ * accessor (placefs_mount_of(req)). Everything in it is fixed once the
+ * session loop starts, except the counters (C11 atomics) and the per-shard
+ * health flags (atomics), so the callbacks need no lock.
+ *
+ * Extension points for the GPU staging code (fs/stage.c, a later issue):
+ * `stage` is its private state, `stats_hook` appends its own members to the
+ * .placefs/stats JSON object. The ioctl operation is deliberately left unset
+ * here (callers get ENOTTY) until that code adds it.
+ */
+#ifndef PLACEFS_FS_OPS_H
+#define PLACEFS_FS_OPS_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 314
+#endif
+#include <fuse_lowlevel.h>
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "ckpt.h"
+#include "error.h"
+#include "opts.h"
+#include "plan.h"
+#include "strbuf.h"
+#include "vtree.h"
+
+/* Entry and attribute timeouts, seconds: nothing in a placefs mount ever changes. */
+#define PLACEFS_TIMEOUT 86400.0
+
+struct placefs_counters {
+	atomic_uint_fast64_t reads;          /* READ requests served on tensor files */
+	atomic_uint_fast64_t bytes[2];       /* tensor bytes served, by enum placefs_placement */
+	atomic_uint_fast64_t read_errors;    /* tensor READs answered with an error */
+	atomic_uint_fast64_t opens;          /* successful tensor opens */
+	atomic_int_fast64_t open_files;      /* tensor files open now */
+	atomic_uint_fast64_t stale_refusals; /* opens and reads refused because a shard changed */
+};
+
+struct placefs_mount;
+
+/*
+ * Appends zero or more JSON object members, each written as `, "key": value`,
+ * to the stats document being generated. Returns 0 or a negative errno.
+ */
+typedef int (*placefs_stats_hook)(const struct placefs_mount *m, struct placefs_strbuf *sb);
+
+struct placefs_mount {
+	const struct placefs_opts *opts;
+	struct placefs_ckpt *ckpt;
+	struct placefs_plan *plan;
+	struct placefs_vtree *vt;
+	struct fuse_session *se; /* set by main() once created */
+	struct timespec started; /* CLOCK_MONOTONIC at start, for uptime */
+
+	size_t nshards;
+	atomic_int *shard_bad; /* per shard: 1 while its last check failed */
+	const uint8_t **maps;  /* read_mode=mmap: per shard PROT_READ mapping, or NULL */
+	size_t *map_len;
+
+	/*
+	 * 1 (default): every tensor READ first verifies its shard. 0 only when
+	 * the environment sets PLACEFS_TEST_SKIP_READ_CHECK, so that the tests
+	 * can reach the short-read and faulting-writev paths deterministically.
+	 */
+	int check_reads;
+
+	/*
+	 * The mount's backing device ("major:minor", from mountinfo) and whether
+	 * its readahead was tuned: that has to wait for the first request after
+	 * INIT, as the INIT reply itself lowers readahead to what the kernel
+	 * offered.
+	 */
+	char bdi[32];
+	atomic_int bdi_tuned;
+
+	struct placefs_counters ctr;
+
+	void *stage;                   /* GPU staging state (fs/stage.c), NULL for now */
+	placefs_stats_hook stats_hook; /* NULL, or the staging code's members */
+};
+
+/*
+ * Fills m (zeroed by the caller) for an open checkpoint and its plan: builds
+ * the vtree and, for read_mode=mmap, maps every shard read-only. Takes no
+ * ownership of opts, ckpt or plan. Returns 0 or a negative errno with a message.
+ */
+int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
+                       struct placefs_ckpt *ckpt, struct placefs_plan *plan,
+                       struct placefs_error *err);
+/* Releases what placefs_mount_init() created; safe on a zeroed struct. */
+void placefs_mount_release(struct placefs_mount *m);
+
+/* The operations table and its size, for fuse_session_new(). */
+const struct fuse_lowlevel_ops *placefs_ops_table(size_t *size);
+
+/* Generates the .placefs/stats document (one JSON object and "\n"). */
+int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *sb);
+
+#endif

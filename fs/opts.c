@@ -1,1 +1,388 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "opts.h"
+#include "size.h"
+
+/* Raw option values, validated once the whole command line has been seen. */
+struct parse_ctx {
+	struct placefs_opts *o;
+	char *buffer_size;
+	char *index;
+	char *device;
+	char *read_mode;
+	char *readahead;
+	char *mountpoint;
+	char *extra; /* the first surplus positional, for the message */
+	int max_threads_given;
+	int nomem;
+};
+
+enum {
+	KEY_PREFIX,
+	KEY_MAX_THREADS,
+};
+
+#define CTX_OPT(t, m)                                                                              \
+	{                                                                                          \
+		t, offsetof(struct parse_ctx, m), 0                                                \
+	}
+
+static const struct fuse_opt placefs_opt_spec[] = {
+        CTX_OPT("buffer_size=%s", buffer_size),
+        CTX_OPT("index=%s", index),
+        CTX_OPT("device=%s", device),
+        CTX_OPT("read_mode=%s", read_mode),
+        CTX_OPT("readahead=%s", readahead),
+        FUSE_OPT_KEY("prefix=", KEY_PREFIX),
+        /* Noted here, then kept for fuse_parse_cmdline() which parses the value. */
+        FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
+        FUSE_OPT_END,
+};
+
+static int add_prefix(struct placefs_opts *o, const char *p)
+{
+	char **v;
+	char *copy;
+
+	copy = strdup(p);
+	if (!copy)
+		return -ENOMEM;
+	v = realloc(o->prefixes, (o->nprefixes + 1) * sizeof(*v));
+	if (!v) {
+		free(copy);
+		return -ENOMEM;
+	}
+	v[o->nprefixes++] = copy;
+	o->prefixes = v;
+	return 0;
+}
+
+/* fuse_opt_parse() callback: -1 error, 0 discard the argument, 1 keep it. */
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct parse_ctx *ctx = data;
+	struct placefs_opts *o = ctx->o;
+	char **slot = NULL;
+
+	(void)outargs;
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (!o->source)
+			slot = &o->source;
+		else if (!ctx->mountpoint)
+			slot = &ctx->mountpoint;
+		else if (!ctx->extra)
+			slot = &ctx->extra;
+		else
+			return 0;
+		*slot = strdup(arg);
+		if (!*slot) {
+			ctx->nomem = 1;
+			return -1;
+		}
+		return 0;
+	case KEY_PREFIX:
+		if (add_prefix(o, arg + strlen("prefix=")) < 0) {
+			ctx->nomem = 1;
+			return -1;
+		}
+		return 0;
+	case KEY_MAX_THREADS: ctx->max_threads_given = 1; return 1;
+	default: return 1;
+	}
+}
+
+static int parse_device(const char *text, struct placefs_opts *o, struct placefs_error *err)
+{
+	const char *p;
+	long v = 0;
+
+	if (strcmp(text, "none") == 0) {
+		o->device = PLACEFS_DEVICE_NONE;
+		return 0;
+	}
+	if (strcmp(text, "host") == 0) {
+		o->device = PLACEFS_DEVICE_HOST;
+		return 0;
+	}
+	if (strncmp(text, "cuda:", 5) != 0 || text[5] == '\0')
+		goto bad;
+	for (p = text + 5; *p; p++) {
+		if (*p < '0' || *p > '9')
+			goto bad;
+		v = v * 10 + (*p - '0');
+		if (v > INT_MAX)
+			goto bad;
+	}
+	o->device = PLACEFS_DEVICE_CUDA;
+	o->device_index = (int)v;
+	return 0;
+bad:
+	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+	                         "invalid -o device value '%s' (expected cuda:N, host or none)",
+	                         text);
+}
+
+static int parse_read_mode(const char *text, struct placefs_opts *o, struct placefs_error *err)
+{
+	if (strcmp(text, "pread") == 0)
+		o->read_mode = PLACEFS_READ_PREAD;
+	else if (strcmp(text, "mmap") == 0)
+		o->read_mode = PLACEFS_READ_MMAP;
+	else
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "invalid -o read_mode value '%s' (expected pread or mmap)",
+		                         text);
+	return 0;
+}
+
+/*
+ * Makes SOURCE absolute without resolving symbolic links: the shard names
+ * (and so plan.json) must stay what the user's path says, as placefs-plan
+ * prints them, while the daemon itself runs from "/".
+ */
+static int absolutize(const char *path, char **out)
+{
+	char cwd[PATH_MAX];
+	size_t lc, lp;
+	char *s;
+
+	if (path[0] == '/') {
+		*out = strdup(path);
+		return *out ? 0 : -ENOMEM;
+	}
+	if (!getcwd(cwd, sizeof(cwd)))
+		return -errno;
+	lc = strlen(cwd);
+	lp = strlen(path);
+	s = malloc(lc + 1 + lp + 1);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, cwd, lc);
+	s[lc] = '/';
+	memcpy(s + lc + 1, path, lp + 1);
+	*out = s;
+	return 0;
+}
+
+/* The mount options placefs always adds, last so that they win over the user's. */
+static int add_forced_options(struct placefs_opts *o)
+{
+	char *opts = NULL;
+	char *fsname = NULL;
+	char num[32];
+	int rc = -ENOMEM;
+
+	if (asprintf(&fsname, "fsname=placefs:%s", o->source) < 0) {
+		fsname = NULL;
+		goto out;
+	}
+	snprintf(num, sizeof(num), "max_read=%u", PLACEFS_MAX_READ);
+	if (fuse_opt_add_opt(&opts, "ro") < 0 ||
+	    fuse_opt_add_opt(&opts, "default_permissions") < 0 ||
+	    fuse_opt_add_opt_escaped(&opts, fsname) < 0 ||
+	    fuse_opt_add_opt(&opts, "subtype=placefs") < 0 || fuse_opt_add_opt(&opts, num) < 0)
+		goto out;
+	if (fuse_opt_add_arg(&o->args, "-o") < 0 || fuse_opt_add_arg(&o->args, opts) < 0)
+		goto out;
+	rc = 0;
+out:
+	free(opts);
+	free(fsname);
+	return rc;
+}
+
+int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct placefs_error *err)
+{
+	struct parse_ctx ctx = {.o = o};
+	struct fuse_cmdline_opts cmd;
+	const char *env;
+	char resolved[PATH_MAX];
+	struct stat st;
+	int rc;
+
+	o->args = (struct fuse_args)FUSE_ARGS_INIT(argc, argv);
+	o->max_threads = PLACEFS_MIN_THREADS;
+	o->read_mode = PLACEFS_READ_MMAP;
+	o->readahead = PLACEFS_READAHEAD;
+	o->max_idle_threads = UINT_MAX;
+
+	if (fuse_opt_parse(&o->args, &ctx, placefs_opt_spec, opt_proc) != 0) {
+		if (ctx.nomem)
+			rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+		else
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                       "invalid command line (see placefs -h)");
+		goto out;
+	}
+	memset(&cmd, 0, sizeof(cmd));
+	if (fuse_parse_cmdline(&o->args, &cmd) != 0) {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                       "invalid command line (see placefs -h)");
+		goto out;
+	}
+	/* No positional is left for libfuse, so it never sets a mountpoint of its own. */
+	free(cmd.mountpoint);
+	o->foreground = cmd.foreground;
+	o->debug = cmd.debug;
+	o->singlethread = cmd.singlethread;
+	o->clone_fd = cmd.clone_fd;
+	o->max_idle_threads = cmd.max_idle_threads;
+	o->show_help = cmd.show_help;
+	o->show_version = cmd.show_version;
+	if (ctx.max_threads_given)
+		o->max_threads = cmd.max_threads;
+	if (o->show_help || o->show_version) {
+		rc = 0;
+		goto out;
+	}
+
+	if (!o->source || !ctx.mountpoint) {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                       "missing %s (usage: placefs [options] SOURCE MOUNTPOINT)",
+		                       o->source ? "MOUNTPOINT" : "SOURCE and MOUNTPOINT");
+		goto out;
+	}
+	if (ctx.extra) {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                       "unexpected argument '%s' (usage: placefs [options] SOURCE "
+		                       "MOUNTPOINT)",
+		                       ctx.extra);
+		goto out;
+	}
+	if (o->source[0] == '\0') {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE, "empty SOURCE");
+		goto out;
+	}
+	if (ctx.max_threads_given && o->max_threads == 0) {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                       "invalid -o max_threads value 0 (must be at least 1)");
+		goto out;
+	}
+
+	/* The staging limit: the option wins over the environment. */
+	if (ctx.buffer_size) {
+		o->limit_origin = "-o buffer_size";
+		rc = placefs_size_parse(ctx.buffer_size, o->limit_origin, &o->limit, err);
+		if (rc < 0)
+			goto out;
+		o->has_limit = 1;
+	} else if ((env = getenv("INSTANTTENSOR_BUFFER_SIZE")) != NULL) {
+		o->limit_origin = "INSTANTTENSOR_BUFFER_SIZE";
+		rc = placefs_size_parse(env, o->limit_origin, &o->limit, err);
+		if (rc < 0)
+			goto out;
+		o->has_limit = 1;
+	}
+	if (ctx.device && (rc = parse_device(ctx.device, o, err)) < 0)
+		goto out;
+	if (ctx.read_mode && (rc = parse_read_mode(ctx.read_mode, o, err)) < 0)
+		goto out;
+	if (ctx.readahead) {
+		/* 0 keeps the kernel's default; anything else is a size. */
+		if (strcmp(ctx.readahead, "0") == 0)
+			o->readahead = 0;
+		else if ((rc = placefs_size_parse(ctx.readahead, "-o readahead", &o->readahead,
+		                                  err)) < 0) {
+			/* Not the staging limit: a plain bad option value. */
+			if (err)
+				err->kind = PLACEFS_E_USAGE;
+			goto out;
+		}
+	}
+	if (ctx.index) {
+		if (ctx.index[0] == '\0') {
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                       "empty -o index value");
+			goto out;
+		}
+		o->index = ctx.index;
+		ctx.index = NULL;
+	}
+
+	rc = absolutize(o->source, &o->source_abs);
+	if (rc < 0) {
+		placefs_error_set(err, rc, PLACEFS_E_SOURCE, "source '%s': %s", o->source,
+		                  strerror(-rc));
+		goto out;
+	}
+	if (!realpath(ctx.mountpoint, resolved)) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_USAGE, "mountpoint '%s': %s",
+		                       ctx.mountpoint, strerror(errno));
+		goto out;
+	}
+	if (stat(resolved, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		rc = placefs_error_set(err, -ENOTDIR, PLACEFS_E_USAGE,
+		                       "mountpoint '%s' is not a directory", ctx.mountpoint);
+		goto out;
+	}
+	o->mountpoint = strdup(resolved);
+	if (!o->mountpoint || add_forced_options(o) < 0) {
+		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = 0;
+out:
+	free(ctx.buffer_size);
+	free(ctx.index);
+	free(ctx.device);
+	free(ctx.read_mode);
+	free(ctx.readahead);
+	free(ctx.mountpoint);
+	free(ctx.extra);
+	return rc;
+}
+
+void placefs_opts_release(struct placefs_opts *o)
+{
+	size_t i;
+
+	if (!o)
+		return;
+	free(o->source);
+	free(o->source_abs);
+	free(o->mountpoint);
+	free(o->index);
+	for (i = 0; i < o->nprefixes; i++)
+		free(o->prefixes[i]);
+	free(o->prefixes);
+	fuse_opt_free_args(&o->args);
+	memset(o, 0, sizeof(*o));
+}
+
+void placefs_opts_usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+	        "usage: %s [options] SOURCE MOUNTPOINT\n"
+	        "\n"
+	        "Mounts a safetensors checkpoint (one .safetensors file, or a directory with or\n"
+	        "without model.safetensors.index.json) read-only: one file per selected tensor.\n"
+	        "\n"
+	        "placefs options:\n"
+	        "    -o buffer_size=SIZE    staging limit: tensors of at most SIZE bytes are\n"
+	        "                           placed on the gpu, larger ones on the cpu\n"
+	        "                           (default: $INSTANTTENSOR_BUFFER_SIZE, else no limit)\n"
+	        "    -o prefix=P            select only tensors whose name starts with P\n"
+	        "                           (repeatable; default: every tensor)\n"
+	        "    -o index=FILE          index file, relative to the source directory\n"
+	        "                           (default: model.safetensors.index.json if present)\n"
+	        "    -o device=DEV          staging device: cuda:N, host or none (default: none)\n"
+	        "    -o read_mode=MODE      how tensor bytes are served: mmap (default: one copy,\n"
+	        "                           from a read-only mapping of each shard) or pread\n"
+	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"
+	        "                           when permitted (default: 16M; 0 = kernel default)\n"
+	        "    -o max_threads=N       worker threads (default: %d)\n"
+	        "\n",
+	        prog, PLACEFS_MIN_THREADS);
+}

@@ -1,1 +1,92 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+/*
+ * opts: the placefs command line.
+ *
+ *   placefs [options] SOURCE MOUNTPOINT [options]
+ *
+ * SOURCE and MOUNTPOINT may appear anywhere among the options, as
+ * mount.fuse3 puts them first and the options after. placefs's own options
+ * are taken out of the argument list; everything else (-f, -d, -s, -h, -V,
+ * max_threads, clone_fd and libfuse's mount options) is left for
+ * fuse_parse_cmdline() and fuse_session_new(), which reject what they do
+ * not know before anything is mounted.
+ */
+#ifndef PLACEFS_FS_OPTS_H
+#define PLACEFS_FS_OPTS_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 314
+#endif
+#include <fuse_opt.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "error.h"
+
+#define PLACEFS_MIN_THREADS 16          /* worker threads unless -o max_threads= says otherwise */
+#define PLACEFS_MAX_READ    (1u << 20)  /* bytes per FUSE READ request */
+#define PLACEFS_READAHEAD   (16u << 20) /* default -o readahead= (kernel: 128 KiB) */
+
+enum placefs_device_kind {
+	PLACEFS_DEVICE_NONE = 0, /* no staging (default) */
+	PLACEFS_DEVICE_HOST,     /* host staging backend */
+	PLACEFS_DEVICE_CUDA,     /* CUDA device `device_index` */
+};
+
+/*
+ * How READ replies get their bytes. mmap is the default: one copy instead of
+ * two, and mount-faults.sh proves that a shard truncated under it makes the
+ * reply fail (EIO to the reader) without harming the daemon.
+ */
+enum placefs_read_mode {
+	PLACEFS_READ_PREAD = 0, /* pread into a per-thread buffer, then one writev */
+	PLACEFS_READ_MMAP,      /* one writev straight from a read-only mapping of the shard */
+};
+
+struct placefs_opts {
+	char *source;     /* SOURCE exactly as given (plan.json, fsname) */
+	char *source_abs; /* SOURCE made absolute (the daemon changes directory to /) */
+	char *mountpoint; /* MOUNTPOINT, resolved with realpath() */
+	char *index;      /* -o index=, or NULL */
+	char **prefixes;  /* -o prefix=, in order */
+	size_t nprefixes;
+	int has_limit; /* -o buffer_size= or INSTANTTENSOR_BUFFER_SIZE */
+	uint64_t limit;
+	const char *limit_origin; /* "-o buffer_size" or "INSTANTTENSOR_BUFFER_SIZE" */
+	enum placefs_device_kind device;
+	int device_index; /* for PLACEFS_DEVICE_CUDA */
+	enum placefs_read_mode read_mode;
+	uint64_t readahead; /* bytes; 0 = leave the kernel's default */
+
+	/* Standard options, as fuse_parse_cmdline() found them. */
+	int foreground;
+	int debug;
+	int singlethread;
+	int clone_fd;
+	unsigned max_threads; /* PLACEFS_MIN_THREADS unless given */
+	unsigned max_idle_threads;
+	int show_help;
+	int show_version;
+
+	/* What is left for fuse_session_new(), with placefs's forced mount options appended. */
+	struct fuse_args args;
+};
+
+/*
+ * Parses argv into o (which the caller zeroes first) and validates every
+ * value: sizes through lib/size.h, the device, the read mode, the
+ * positionals (exactly two unless -h/-V), that MOUNTPOINT is a directory.
+ * Returns 0 or a negative errno with a message (kind PLACEFS_E_USAGE, or
+ * PLACEFS_E_LIMIT for a bad size). The checkpoint itself is not opened here.
+ */
+int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct placefs_error *err);
+
+/* Frees what placefs_opts_parse() allocated; safe on a zeroed or partly filled struct. */
+void placefs_opts_release(struct placefs_opts *o);
+
+/* Prints placefs's usage and own options (libfuse's are printed by the caller). */
+void placefs_opts_usage(FILE *f, const char *prog);
+
+#endif

@@ -1,1 +1,429 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strbuf.h"
+#include "vtree.h"
+
+struct placefs_vtree {
+	const struct placefs_ckpt *ck;
+	const struct placefs_plan *plan;
+	size_t n; /* plan entries */
+	uid_t uid;
+	gid_t gid;
+	struct timespec now;
+	size_t *list[2]; /* plan entry indexes per placement, checkpoint order */
+	size_t nlist[2];
+	char *text[3]; /* plan, plan.json, metadata.json */
+	size_t text_len[3];
+	uint64_t total_bytes;
+};
+
+/* The nodes that exist in every mount, indexed by inode number. */
+static const struct {
+	const char *name;
+	uint64_t parent;
+	enum placefs_vkind kind;
+	int text; /* index into text[] for PLACEFS_V_FILE */
+} fixed[PLACEFS_INO_FIRST] = {
+        [PLACEFS_INO_ROOT] = {"", PLACEFS_INO_ROOT, PLACEFS_V_DIR, -1},
+        [PLACEFS_INO_CTL_DIR] = {PLACEFS_CTL_NAME, PLACEFS_INO_ROOT, PLACEFS_V_DIR, -1},
+        [PLACEFS_INO_PLAN] = {"plan", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 0},
+        [PLACEFS_INO_PLAN_JSON] = {"plan.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 1},
+        [PLACEFS_INO_STATS] = {"stats", PLACEFS_INO_CTL_DIR, PLACEFS_V_STATS, -1},
+        [PLACEFS_INO_METADATA] = {"metadata.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 2},
+        [PLACEFS_INO_BYPL_DIR] = {"by-placement", PLACEFS_INO_CTL_DIR, PLACEFS_V_DIR, -1},
+        [PLACEFS_INO_GPU_DIR] = {"gpu", PLACEFS_INO_BYPL_DIR, PLACEFS_V_DIR, -1},
+        [PLACEFS_INO_CPU_DIR] = {"cpu", PLACEFS_INO_BYPL_DIR, PLACEFS_V_DIR, -1},
+};
+
+/* Children of the fixed directories other than the root and the placement views. */
+static const uint64_t ctl_children[] = {
+        PLACEFS_INO_PLAN,     PLACEFS_INO_PLAN_JSON, PLACEFS_INO_STATS,
+        PLACEFS_INO_METADATA, PLACEFS_INO_BYPL_DIR,
+};
+static const uint64_t bypl_children[] = {PLACEFS_INO_GPU_DIR, PLACEFS_INO_CPU_DIR};
+
+static int format_metadata(const struct placefs_ckpt *ck, struct placefs_strbuf *sb)
+{
+	size_t i, j, ns = placefs_ckpt_shard_count(ck);
+	int rc;
+
+	if ((rc = placefs_strbuf_adds(sb, "{")) < 0)
+		return rc;
+	for (i = 0; i < ns; i++) {
+		const struct placefs_shard *s = placefs_ckpt_shard(ck, i);
+		const struct placefs_st_header *h = s->header;
+
+		if ((i > 0 && (rc = placefs_strbuf_adds(sb, ", ")) < 0) ||
+		    (rc = placefs_strbuf_add_json_string(sb, s->file)) < 0 ||
+		    (rc = placefs_strbuf_adds(sb, ": ")) < 0)
+			return rc;
+		if (!placefs_st_header_has_meta(h)) {
+			if ((rc = placefs_strbuf_adds(sb, "null")) < 0)
+				return rc;
+			continue;
+		}
+		if ((rc = placefs_strbuf_adds(sb, "{")) < 0)
+			return rc;
+		for (j = 0; j < placefs_st_header_meta_count(h); j++) {
+			const struct placefs_st_meta *m = placefs_st_header_meta(h, j);
+
+			if ((j > 0 && (rc = placefs_strbuf_adds(sb, ", ")) < 0) ||
+			    (rc = placefs_strbuf_add_json_string(sb, m->key)) < 0 ||
+			    (rc = placefs_strbuf_adds(sb, ": ")) < 0 ||
+			    (rc = placefs_strbuf_add_json_string(sb, m->value)) < 0)
+				return rc;
+		}
+		if ((rc = placefs_strbuf_adds(sb, "}")) < 0)
+			return rc;
+	}
+	return placefs_strbuf_adds(sb, "}\n");
+}
+
+int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
+                         const char *source, uid_t uid, gid_t gid, struct timespec now,
+                         struct placefs_vtree **out, struct placefs_error *err)
+{
+	struct placefs_vtree *vt;
+	struct placefs_strbuf sb;
+	size_t i;
+	int rc, k;
+
+	*out = NULL;
+	placefs_strbuf_init(&sb);
+	vt = calloc(1, sizeof(*vt));
+	if (!vt)
+		goto nomem;
+	vt->ck = ck;
+	vt->plan = plan;
+	vt->n = placefs_plan_count(plan);
+	vt->uid = uid;
+	vt->gid = gid;
+	vt->now = now;
+	/* Inode numbers must fit comfortably: two per tensor plus the fixed ones. */
+	if (vt->n > (SIZE_MAX - PLACEFS_INO_FIRST) / 2 / sizeof(size_t)) {
+		rc = placefs_error_set(err, -EOVERFLOW, PLACEFS_E_USAGE, "too many tensors (%zu)",
+		                       vt->n);
+		goto fail;
+	}
+	for (k = 0; k < 2; k++) {
+		vt->list[k] = malloc((vt->n ? vt->n : 1) * sizeof(size_t));
+		if (!vt->list[k])
+			goto nomem;
+	}
+	for (i = 0; i < vt->n; i++) {
+		const struct placefs_plan_entry *e = placefs_plan_entry(plan, i);
+		int p = e->placement == PLACEFS_PLACE_CPU;
+
+		vt->list[p][vt->nlist[p]++] = i;
+		vt->total_bytes += e->tensor->nbytes;
+	}
+
+	for (k = 0; k < 3; k++) {
+		placefs_strbuf_reset(&sb);
+		if (k == 0)
+			rc = placefs_plan_format_text(plan, source, &sb);
+		else if (k == 1)
+			rc = placefs_plan_format_json(plan, source, &sb);
+		else
+			rc = format_metadata(ck, &sb);
+		if (rc < 0) {
+			placefs_error_set(err, rc, PLACEFS_E_NOMEM,
+			                  "cannot format the control files: %s", strerror(-rc));
+			goto fail;
+		}
+		vt->text[k] = placefs_strbuf_detach(&sb, &vt->text_len[k]);
+	}
+	*out = vt;
+	return 0;
+nomem:
+	rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+fail:
+	placefs_strbuf_release(&sb);
+	placefs_vtree_free(vt);
+	return rc;
+}
+
+void placefs_vtree_free(struct placefs_vtree *vt)
+{
+	int k;
+
+	if (!vt)
+		return;
+	for (k = 0; k < 2; k++)
+		free(vt->list[k]);
+	for (k = 0; k < 3; k++)
+		free(vt->text[k]);
+	free(vt);
+}
+
+/* Decodes a tensor or link inode number into its plan entry index. */
+static int split_ino(const struct placefs_vtree *vt, uint64_t ino, enum placefs_vkind *kind,
+                     size_t *entry)
+{
+	uint64_t rel;
+
+	if (ino < PLACEFS_INO_FIRST)
+		return -ENOENT;
+	rel = ino - PLACEFS_INO_FIRST;
+	if (rel < vt->n) {
+		*kind = PLACEFS_V_TENSOR;
+		*entry = (size_t)rel;
+		return 0;
+	}
+	if (rel - vt->n < vt->n) {
+		*kind = PLACEFS_V_LINK;
+		*entry = (size_t)(rel - vt->n);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+int placefs_vtree_get(const struct placefs_vtree *vt, uint64_t ino, struct placefs_vnode *node)
+{
+	memset(node, 0, sizeof(*node));
+	node->ino = ino;
+	if (ino == 0)
+		return -ENOENT;
+	if (ino < PLACEFS_INO_FIRST) {
+		node->kind = fixed[ino].kind;
+		if (node->kind == PLACEFS_V_FILE) {
+			node->data = vt->text[fixed[ino].text];
+			node->len = vt->text_len[fixed[ino].text];
+		}
+		return 0;
+	}
+	return split_ino(vt, ino, &node->kind, &node->entry);
+}
+
+const struct placefs_plan_entry *placefs_vtree_entry(const struct placefs_vtree *vt, uint64_t ino)
+{
+	enum placefs_vkind kind;
+	size_t entry;
+
+	if (split_ino(vt, ino, &kind, &entry) < 0)
+		return NULL;
+	return placefs_plan_entry(vt->plan, entry);
+}
+
+static void fill_common(const struct placefs_vtree *vt, uint64_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = (ino_t)ino;
+	st->st_uid = vt->uid;
+	st->st_gid = vt->gid;
+	st->st_atim = vt->now;
+	st->st_mtim = vt->now;
+	st->st_ctim = vt->now;
+	st->st_nlink = 1;
+}
+
+static void set_size(struct stat *st, uint64_t size)
+{
+	st->st_size = (off_t)size;
+	st->st_blocks = (blkcnt_t)(size / 512 + (size % 512 != 0));
+}
+
+int placefs_vtree_stat(const struct placefs_vtree *vt, uint64_t ino, struct stat *st)
+{
+	struct placefs_vnode node;
+	const struct placefs_plan_entry *e;
+	const struct placefs_shard *s;
+	int rc;
+
+	rc = placefs_vtree_get(vt, ino, &node);
+	if (rc < 0)
+		return rc;
+	fill_common(vt, ino, st);
+	switch (node.kind) {
+	case PLACEFS_V_DIR:
+		st->st_mode = S_IFDIR | 0555;
+		/* "." plus the entry in the parent, plus one ".." per subdirectory. */
+		if (ino == PLACEFS_INO_BYPL_DIR)
+			st->st_nlink = 4;
+		else if (ino == PLACEFS_INO_ROOT || ino == PLACEFS_INO_CTL_DIR)
+			st->st_nlink = 3;
+		else
+			st->st_nlink = 2;
+		break;
+	case PLACEFS_V_FILE:
+		st->st_mode = S_IFREG | 0444;
+		set_size(st, node.len);
+		break;
+	case PLACEFS_V_STATS:
+		/* Generated at each open and served direct_io, as /proc files are: size 0. */
+		st->st_mode = S_IFREG | 0444;
+		break;
+	case PLACEFS_V_TENSOR:
+		e = placefs_plan_entry(vt->plan, node.entry);
+		s = placefs_ckpt_shard(vt->ck, e->tensor->shard);
+		st->st_mode = S_IFREG | 0444;
+		set_size(st, e->tensor->nbytes);
+		st->st_atim = s->mtime;
+		st->st_mtim = s->mtime;
+		st->st_ctim = s->mtime;
+		break;
+	case PLACEFS_V_LINK:
+		e = placefs_plan_entry(vt->plan, node.entry);
+		st->st_mode = S_IFLNK | 0777;
+		st->st_size = (off_t)(strlen(PLACEFS_LINK_PREFIX) + strlen(e->fname));
+		break;
+	default: return -ENOENT;
+	}
+	return 0;
+}
+
+static int is_dir(uint64_t ino)
+{
+	return ino > 0 && ino < PLACEFS_INO_FIRST && fixed[ino].kind == PLACEFS_V_DIR;
+}
+
+static int check_dir(const struct placefs_vtree *vt, uint64_t dir)
+{
+	if (is_dir(dir))
+		return 0;
+	if (dir == 0 || dir >= PLACEFS_INO_FIRST + 2 * (uint64_t)vt->n)
+		return -ENOENT;
+	return -ENOTDIR;
+}
+
+int64_t placefs_vtree_lookup(const struct placefs_vtree *vt, uint64_t parent, const char *name)
+{
+	const uint64_t *kids = NULL;
+	size_t i, nkids = 0;
+	long idx;
+	int rc;
+
+	rc = check_dir(vt, parent);
+	if (rc < 0)
+		return rc;
+	switch (parent) {
+	case PLACEFS_INO_ROOT:
+		if (strcmp(name, PLACEFS_CTL_NAME) == 0)
+			return PLACEFS_INO_CTL_DIR;
+		idx = placefs_plan_find(vt->plan, name);
+		return idx < 0 ? 0 : (int64_t)(PLACEFS_INO_FIRST + (uint64_t)idx);
+	case PLACEFS_INO_GPU_DIR:
+	case PLACEFS_INO_CPU_DIR:
+		idx = placefs_plan_find(vt->plan, name);
+		if (idx < 0)
+			return 0;
+		if (placefs_plan_entry(vt->plan, (size_t)idx)->placement !=
+		    (parent == PLACEFS_INO_CPU_DIR ? PLACEFS_PLACE_CPU : PLACEFS_PLACE_GPU))
+			return 0;
+		return (int64_t)(PLACEFS_INO_FIRST + vt->n + (uint64_t)idx);
+	case PLACEFS_INO_CTL_DIR:
+		kids = ctl_children;
+		nkids = sizeof(ctl_children) / sizeof(ctl_children[0]);
+		break;
+	case PLACEFS_INO_BYPL_DIR:
+		kids = bypl_children;
+		nkids = sizeof(bypl_children) / sizeof(bypl_children[0]);
+		break;
+	}
+	for (i = 0; i < nkids; i++)
+		if (strcmp(name, fixed[kids[i]].name) == 0)
+			return (int64_t)kids[i];
+	return 0;
+}
+
+int64_t placefs_vtree_dir_count(const struct placefs_vtree *vt, uint64_t dir)
+{
+	int rc = check_dir(vt, dir);
+
+	if (rc < 0)
+		return rc;
+	switch (dir) {
+	case PLACEFS_INO_ROOT: return (int64_t)(1 + vt->n);
+	case PLACEFS_INO_CTL_DIR: return (int64_t)(sizeof(ctl_children) / sizeof(ctl_children[0]));
+	case PLACEFS_INO_BYPL_DIR:
+		return (int64_t)(sizeof(bypl_children) / sizeof(bypl_children[0]));
+	case PLACEFS_INO_GPU_DIR: return (int64_t)vt->nlist[PLACEFS_PLACE_GPU];
+	case PLACEFS_INO_CPU_DIR: return (int64_t)vt->nlist[PLACEFS_PLACE_CPU];
+	}
+	return -ENOENT;
+}
+
+int placefs_vtree_dir_child(const struct placefs_vtree *vt, uint64_t dir, size_t i, uint64_t *ino,
+                            const char **name)
+{
+	int64_t count = placefs_vtree_dir_count(vt, dir);
+	size_t idx;
+	int p;
+
+	if (count < 0)
+		return (int)count;
+	if ((uint64_t)i >= (uint64_t)count)
+		return -ENOENT;
+	switch (dir) {
+	case PLACEFS_INO_ROOT:
+		if (i == 0) {
+			*ino = PLACEFS_INO_CTL_DIR;
+			*name = PLACEFS_CTL_NAME;
+			return 0;
+		}
+		*ino = PLACEFS_INO_FIRST + (uint64_t)(i - 1);
+		*name = placefs_plan_entry(vt->plan, i - 1)->fname;
+		return 0;
+	case PLACEFS_INO_CTL_DIR: *ino = ctl_children[i]; break;
+	case PLACEFS_INO_BYPL_DIR: *ino = bypl_children[i]; break;
+	default:
+		p = dir == PLACEFS_INO_CPU_DIR ? PLACEFS_PLACE_CPU : PLACEFS_PLACE_GPU;
+		idx = vt->list[p][i];
+		*ino = PLACEFS_INO_FIRST + vt->n + (uint64_t)idx;
+		*name = placefs_plan_entry(vt->plan, idx)->fname;
+		return 0;
+	}
+	*name = fixed[*ino].name;
+	return 0;
+}
+
+uint64_t placefs_vtree_parent(const struct placefs_vtree *vt, uint64_t ino)
+{
+	const struct placefs_plan_entry *e;
+	enum placefs_vkind kind;
+	size_t entry;
+
+	if (ino == 0)
+		return 0;
+	if (ino < PLACEFS_INO_FIRST)
+		return fixed[ino].parent;
+	if (split_ino(vt, ino, &kind, &entry) < 0)
+		return 0;
+	if (kind == PLACEFS_V_TENSOR)
+		return PLACEFS_INO_ROOT;
+	e = placefs_plan_entry(vt->plan, entry);
+	return e->placement == PLACEFS_PLACE_CPU ? PLACEFS_INO_CPU_DIR : PLACEFS_INO_GPU_DIR;
+}
+
+int placefs_vtree_readlink(const struct placefs_vtree *vt, uint64_t ino, char *buf, size_t len)
+{
+	enum placefs_vkind kind;
+	size_t entry;
+	int n;
+
+	if (ino < PLACEFS_INO_FIRST)
+		return ino == 0 ? -ENOENT : -EINVAL;
+	if (split_ino(vt, ino, &kind, &entry) < 0)
+		return -ENOENT;
+	if (kind != PLACEFS_V_LINK)
+		return -EINVAL;
+	n = snprintf(buf, len, "%s%s", PLACEFS_LINK_PREFIX,
+	             placefs_plan_entry(vt->plan, entry)->fname);
+	return n < 0 ? -EINVAL : n;
+}
+
+uint64_t placefs_vtree_inode_count(const struct placefs_vtree *vt)
+{
+	return PLACEFS_INO_FIRST - 1 + 2 * (uint64_t)vt->n;
+}
+
+uint64_t placefs_vtree_total_bytes(const struct placefs_vtree *vt)
+{
+	return vt->total_bytes;
+}

@@ -1,1 +1,187 @@
-exit 77 # placeholder: being written
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# mount-basic: one live mount end to end. The mount table entry, the start-up
+# log, the tree against an independent reading of the checkpoint, plan.json and
+# plan against placefs-plan, xattrs through getfattr, stats, the syscall
+# checker (and that it does fail on a wrong source), then every way of ending
+# the daemon (fusermount3 -u, SIGTERM, SIGINT, umount) with exit status 0,
+# options after the positionals, daemonized mode, mount.fuse3 and an fstab line.
+. "$(dirname "$0")/lib.sh"
+require_fuse
+
+cd "$TMP" || fail "cd $TMP"
+tmo 20 "$MKCKPT" -q --seed 7 \
+	--tensor 'model.embed.weight:BF16:256x64' \
+	--tensor 'odd name with spaces:F32:3x5' \
+	--tensor '100%/slash/.dot:F16:7' \
+	--tensor '.leading.dot:U8:9' \
+	--tensor 'unicode.é.π.张量:I32:4x4' \
+	--tensor 'colon:name:F32:2' \
+	--tensor 'scalar:F64:scalar' \
+	--tensor 'empty:F32:0x3' \
+	--tensor 'empty2:I8:0' \
+	--random 24 --max-bytes 20K \
+	--metadata format=pt --metadata note=basic \
+	ckpt.safetensors || fail "placefs-mkckpt failed"
+tmo 20 "$MKCKPT" -q --seed 8 \
+	--tensor 'model.embed.weight:BF16:256x64' \
+	--tensor 'odd name with spaces:F32:3x5' \
+	--tensor '100%/slash/.dot:F16:7' \
+	--tensor '.leading.dot:U8:9' \
+	--tensor 'unicode.é.π.张量:I32:4x4' \
+	--tensor 'colon:name:F32:2' \
+	--tensor 'scalar:F64:scalar' \
+	--tensor 'empty:F32:0x3' \
+	--tensor 'empty2:I8:0' \
+	--random 24 --max-bytes 20K \
+	--metadata format=pt --metadata note=basic \
+	other.safetensors || fail "placefs-mkckpt failed"
+MP=$TMP/mnt
+
+# ---- mount, mount table, start-up log -------------------------------------
+mount_fs ckpt.safetensors "$MP" -o buffer_size=4K
+line=$(mount_line "$MP")
+note "mountinfo: $line"
+echo "$line" | awk '{ print $6 }' | grep -Eq '(^|,)ro(,|$)' || fail "mount is not ro: $line"
+echo "$line" | grep -q ' - fuse\.placefs placefs:ckpt\.safetensors ' ||
+	fail "wrong type or fsname: $line"
+echo "$line" | grep -q 'default_permissions' || fail "no default_permissions: $line"
+echo "$line" | grep -q 'max_read=1048576' || fail "no max_read=1048576: $line"
+grep -q '^placefs: mounted .ckpt.safetensors. on ' "$MOUNT_LOG" || fail "no start-up line in the log"
+grep -q '^placefs: gpu: ' "$MOUNT_LOG" || fail "no plan summary in the log"
+grep -q '^placefs: cpu: ' "$MOUNT_LOG" || fail "no plan summary in the log"
+
+# Readahead: 16 MiB by default, set through sysfs on the first request (root only).
+tmo 10 ls "$MP" >/dev/null || fail "ls failed"
+bdi=$(mount_line "$MP" | awk '{ print $3 }')
+if [ "$(id -u)" -eq 0 ] && [ -w "/sys/class/bdi/$bdi/read_ahead_kb" ]; then
+	[ "$(cat "/sys/class/bdi/$bdi/read_ahead_kb")" -eq 16384 ] ||
+		fail "read_ahead_kb is $(cat "/sys/class/bdi/$bdi/read_ahead_kb"), expected 16384"
+	grep -q 'readahead set to 16384 KiB' "$MOUNT_LOG" || fail "readahead not logged"
+fi
+
+# ---- the tree against the checkpoint ----------------------------------------
+tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" ckpt.safetensors --limit 4096 --ranges 8 ||
+	fail "verify_mount found differences"
+
+# plan.json is byte for byte what placefs-plan --json prints for the same inputs.
+tmo 20 "$PLAN" --json --buffer-size 4K ckpt.safetensors >plan.expected.json ||
+	fail "placefs-plan --json failed"
+tmo 10 cmp "$MP/.placefs/plan.json" plan.expected.json || fail "plan.json differs from placefs-plan --json"
+tmo 20 "$PLAN" --buffer-size 4K ckpt.safetensors >plan.expected.txt || fail "placefs-plan failed"
+tmo 10 cmp "$MP/.placefs/plan" plan.expected.txt || fail ".placefs/plan differs from placefs-plan"
+
+# getfattr -d shows the xattrs; the placement views answer "what went to the cpu".
+tmo 10 getfattr -d "$MP/model.embed.weight" >xattrs.txt 2>/dev/null || fail "getfattr -d failed"
+for k in placement dtype shape nbytes source offset name; do
+	grep -q "^user\.placefs\.$k=" xattrs.txt || fail "getfattr -d lacks user.placefs.$k"
+done
+grep -q '^user\.placefs\.placement="cpu"' xattrs.txt || fail "model.embed.weight should be cpu"
+grep -q '^user\.placefs\.shape="\[256, 64\]"' xattrs.txt || fail "wrong shape xattr"
+[ "$(tmo 10 getfattr --only-values -n user.placefs.name "$MP/100%25%2Fslash%2F.dot")" = "100%/slash/.dot" ] ||
+	fail "name xattr of an encoded file name"
+tmo 10 ls "$MP/.placefs/by-placement/cpu" | grep -qx 'model.embed.weight' ||
+	fail "model.embed.weight not under by-placement/cpu"
+[ "$(readlink "$MP/.placefs/by-placement/cpu/model.embed.weight")" = "../../../model.embed.weight" ] ||
+	fail "wrong link target"
+tmo 10 ls -l "$MP" >/dev/null || fail "ls -l failed"
+
+# The dd/cmp recipe of the README.
+off=$(tmo 10 getfattr --only-values -n user.placefs.offset "$MP/model.embed.weight")
+tmo 10 dd if=ckpt.safetensors bs=1 skip="$off" count=32768 status=none >embed.expected
+tmo 10 cmp "$MP/model.embed.weight" embed.expected || fail "dd skip=offset recipe differs"
+
+# stats: valid JSON, counters moved, nothing left open.
+tmo 10 "$PYTHON" - "$MP/.placefs/stats" <<'EOF' || fail "bad stats"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["reads"] > 0, s
+assert s["bytes_read"]["cpu"] > 0 and s["bytes_read"]["gpu"] > 0, s
+assert s["open_files"] == 0, s
+assert s["read_errors"] == 0 and s["stale_shards"] == [], s
+EOF
+
+# ---- the syscall checker, and proof that it can fail ---------------------------
+tmo 30 "$SYSCALLS" "$MP" ckpt.safetensors || fail "test_syscalls failed"
+if tmo 30 "$SYSCALLS" "$MP" other.safetensors >checker-neg.txt 2>&1; then
+	fail "test_syscalls passed against the wrong source"
+fi
+grep -q 'differ' checker-neg.txt || fail "test_syscalls did not report differing bytes"
+
+# ---- ending the daemon: fusermount3 -u ------------------------------------------
+umount_fs "$MP"
+note "fusermount3 -u: exit 0"
+
+# ---- options after the positionals (mount.fuse3 order), then SIGTERM -------------
+mkdir -p "$MP"
+"$PLACEFS" ckpt.safetensors "$MP" -o buffer_size=64K,prefix=model.,prefix=random.1,readahead=0 -f \
+	2>"$TMP/late.log" &
+pid=$!
+DAEMONS="$DAEMONS $pid"
+MOUNT_LOG=$TMP/late.log
+wait_mounted "$MP" "$pid" || fail "options-last mount failed"
+tmo 10 grep -q '"buffer_size": 65536' "$MP/.placefs/plan.json" || fail "-o after positionals ignored"
+bdi=$(mount_line "$MP" | awk '{ print $3 }')
+[ "$(cat "/sys/class/bdi/$bdi/read_ahead_kb")" -eq 16384 ] &&
+	fail "-o readahead=0 did not keep the kernel default"
+tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" ckpt.safetensors --limit 65536 \
+	--prefix model. --prefix random.1 --ranges 2 || fail "prefix-filtered mount differs"
+kill -TERM "$pid"
+st=0
+wait_daemon "$pid" || st=$?
+[ "$st" -eq 0 ] || fail "exit status $st after SIGTERM"
+wait_unmounted "$MP" || fail "still mounted after SIGTERM"
+note "SIGTERM: exit 0, unmounted"
+
+# ---- SIGINT, with INSTANTTENSOR_BUFFER_SIZE as the limit ----------------------------
+export INSTANTTENSOR_BUFFER_SIZE=1K
+mount_fs ckpt.safetensors "$MP"
+unset INSTANTTENSOR_BUFFER_SIZE
+tmo 10 grep -q '"buffer_size": 1024' "$MP/.placefs/plan.json" ||
+	fail "INSTANTTENSOR_BUFFER_SIZE ignored"
+grep -q 'from INSTANTTENSOR_BUFFER_SIZE' "$MOUNT_LOG" || fail "limit origin not logged"
+kill -INT "$MOUNT_PID"
+st=0
+wait_daemon "$MOUNT_PID" || st=$?
+[ "$st" -eq 0 ] || fail "exit status $st after SIGINT"
+wait_unmounted "$MP" || fail "still mounted after SIGINT"
+note "SIGINT: exit 0, unmounted"
+
+# ---- daemonized: returns once the mount is live; umount ends it ---------------------
+MOUNTS="$MOUNTS $MP"
+tmo 20 "$PLACEFS" -o buffer_size=4K "$TMP/ckpt.safetensors" "$MP" || fail "daemonized mount failed"
+is_mounted "$MP" || fail "placefs returned before the mount was live"
+[ "$(tmo 10 cat "$MP/.placefs/by-placement/gpu/scalar" | wc -c)" -eq 8 ] ||
+	fail "daemonized mount does not serve"
+tmo 10 umount "$MP" || fail "umount failed"
+wait_unmounted "$MP" || fail "still mounted after umount"
+for i in $(seq 1 100); do
+	ps -eo args | grep -F "$MP" | grep -q '^[^ ]*placefs ' || break
+	sleep 0.05
+done
+ps -eo args | grep -F "$MP" | grep -q '^[^ ]*placefs ' && fail "daemon still running after umount"
+note "daemonized: mounted, served, gone after umount"
+
+# ---- mount.fuse3 (what mount -t fuse.placefs runs) and an fstab line ----------------
+if command -v mount.fuse3 >/dev/null 2>&1; then
+	PATH=$top_builddir/fs:$PATH tmo 20 mount.fuse3 "$TMP/ckpt.safetensors" "$MP" \
+		-t fuse.placefs -o rw,nodev,nosuid,buffer_size=4K,prefix=model. ||
+		fail "mount.fuse3 failed"
+	is_mounted "$MP" || fail "mount.fuse3 did not mount"
+	mount_line "$MP" | awk '{ print $6 }' | grep -Eq '(^|,)ro(,|$)' || fail "rw won over ro"
+	[ "$(ls "$MP")" = "model.embed.weight" ] || fail "mount.fuse3 options not applied"
+	tmo 10 fusermount3 -u "$MP" || fail "fusermount3 -u failed"
+	wait_unmounted "$MP" || fail "still mounted"
+
+	printf '%s#%s %s fuse buffer_size=4K,prefix=scalar 0 0\n' "$PLACEFS" \
+		"$TMP/ckpt.safetensors" "$MP" >"$TMP/fstab"
+	tmo 20 mount --fstab "$TMP/fstab" "$MP" || fail "mount --fstab failed"
+	is_mounted "$MP" || fail "fstab mount not live"
+	[ "$(ls "$MP")" = "scalar" ] || fail "fstab options not applied"
+	tmo 10 umount "$MP" || fail "umount failed"
+	wait_unmounted "$MP" || fail "still mounted"
+	note "mount.fuse3 and fstab: ok"
+fi
+
+note "ok"
+exit 0

@@ -1,1 +1,317 @@
-exit 77 # placeholder: being written
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# mount-faults: what must fail, fails cleanly. Bad checkpoints, limits and
+# options are refused before mounting (non-zero exit, nothing in /proc/mounts);
+# write-class calls are refused with EROFS; a shard truncated, replaced or
+# rewritten under a live mount makes reads of its tensors fail with EIO or
+# ESTALE (logged, naming the shard) while the other shards keep serving, and
+# a restored shard serves again.
+. "$(dirname "$0")/lib.sh"
+require_fuse
+
+cd "$TMP" || fail "cd $TMP"
+MP=$TMP/mnt
+mkdir -p "$MP"
+
+# refuse EXPECTED_STATUS MESSAGE_REGEX placefs-arguments...: runs placefs in the
+# foreground; it must exit with that status, say so on stderr, and mount nothing.
+refuse() {
+	local want=$1 re=$2 st=0
+	shift 2
+	tmo 20 "$PLACEFS" -f "$@" >out.txt 2>err.txt || st=$?
+	if is_mounted "$MP" || grep -qF " $MP " /proc/mounts; then
+		fusermount3 -u -z "$MP" 2>/dev/null
+		fail "placefs $* left a mount behind"
+	fi
+	[ "$st" -eq "$want" ] || fail "placefs $*: exit status $st, expected $want ($(cat err.txt))"
+	grep -Eq "$re" err.txt || fail "placefs $*: message '$(cat err.txt)' does not match /$re/"
+	note "refused (exit $st): $(head -n 1 err.txt)"
+}
+
+tmo 20 "$MKCKPT" -q --seed 9 --tensor 'a:F32:16' --tensor 'b:BF16:4x4' good.safetensors ||
+	fail "mkckpt good"
+
+# ---- bad checkpoints (exit 3), empty selection (exit 5) ------------------------------------------------------
+printf 'not a safetensors file at all' >garbage.safetensors
+refuse 3 'garbage\.safetensors' garbage.safetensors "$MP"
+head -c 100 good.safetensors >short.safetensors
+refuse 3 'short\.safetensors' short.safetensors "$MP"
+"$PYTHON" - <<'EOF'
+import struct
+h = b'{"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 15]}}'
+open("badoffsets.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"\0" * 15)
+EOF
+refuse 3 'badoffsets\.safetensors' badoffsets.safetensors "$MP"
+printf 'version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1\n' >lfs.safetensors
+refuse 3 'lfs\.safetensors' lfs.safetensors "$MP"
+refuse 3 'nonexistent' nonexistent.safetensors "$MP"
+mkdir empty
+refuse 3 'empty' empty "$MP"
+mkdir badindex && cp good.safetensors badindex/a.safetensors
+echo '{"weight_map": {"a": "missing.safetensors"}}' >badindex/model.safetensors.index.json
+refuse 3 'missing\.safetensors' badindex "$MP"
+refuse 5 'zzz' -o prefix=zzz good.safetensors "$MP"
+refuse 3 'index' -o index=x.json good.safetensors "$MP"
+
+# ---- invalid limits (exit 4) ------------------------------------------------------------
+for v in 0 abc -1 1.5M 0x10 12Q 99999999999999999999 20000000T; do
+	refuse 4 "buffer_size.*$(printf '%s' "$v" | sed 's/[.]/[.]/g')" -o "buffer_size=$v" \
+		good.safetensors "$MP"
+done
+export INSTANTTENSOR_BUFFER_SIZE=lots
+refuse 4 'INSTANTTENSOR_BUFFER_SIZE.*lots' good.safetensors "$MP"
+export INSTANTTENSOR_BUFFER_SIZE=
+refuse 4 'INSTANTTENSOR_BUFFER_SIZE' good.safetensors "$MP"
+unset INSTANTTENSOR_BUFFER_SIZE
+
+# ---- bad command lines (exit 2), options libfuse does not know (exit 10) --------------------
+refuse 2 'device' -o device=gpu0 good.safetensors "$MP"
+refuse 2 'device' -o device=cuda: good.safetensors "$MP"
+refuse 2 'read_mode' -o read_mode=fast good.safetensors "$MP"
+refuse 2 'readahead' -o readahead=lots good.safetensors "$MP"
+refuse 2 'MOUNTPOINT' good.safetensors
+refuse 2 'unexpected argument' good.safetensors "$MP" extra
+refuse 2 'not a directory' good.safetensors good.safetensors
+refuse 2 'mountpoint' good.safetensors "$TMP/no/such/dir"
+refuse 10 'unknown option' -o no_such_option good.safetensors "$MP"
+tmo 10 "$PLACEFS" -h >help.txt 2>&1 || fail "placefs -h failed"
+grep -q 'buffer_size=SIZE' help.txt || fail "placefs -h lacks the placefs options"
+tmo 10 "$PLACEFS" -V >version.txt 2>&1 || fail "placefs -V failed"
+grep -q '^placefs ' version.txt || fail "placefs -V prints no version"
+
+# ---- write-class calls on a live mount ------------------------------------------------------
+mount_fs good.safetensors "$MP"
+tmo 20 "$PYTHON" - "$MP" <<'EOF' || fail "a write-class call was not refused with EROFS"
+import errno, os, sys
+m = sys.argv[1]
+f = os.path.join(m, "a")
+calls = {
+    "open O_WRONLY": lambda: os.open(f, os.O_WRONLY),
+    "open O_RDWR": lambda: os.open(f, os.O_RDWR),
+    "open O_TRUNC": lambda: os.open(f, os.O_RDONLY | os.O_TRUNC),
+    "create": lambda: os.open(os.path.join(m, "new"), os.O_CREAT | os.O_WRONLY, 0o644),
+    "unlink": lambda: os.unlink(f),
+    "rename": lambda: os.rename(f, os.path.join(m, "c")),
+    "mkdir": lambda: os.mkdir(os.path.join(m, "d")),
+    "rmdir": lambda: os.rmdir(os.path.join(m, ".placefs", "by-placement", "gpu")),
+    "symlink": lambda: os.symlink("a", os.path.join(m, "l")),
+    "link": lambda: os.link(f, os.path.join(m, "h")),
+    "chmod": lambda: os.chmod(f, 0o600),
+    "chown": lambda: os.chown(f, 1, 1),
+    "truncate": lambda: os.truncate(f, 0),
+    "utime": lambda: os.utime(f, (0, 0)),
+    "setxattr": lambda: os.setxattr(f, "user.placefs.placement", b"cpu"),
+    "removexattr": lambda: os.removexattr(f, "user.placefs.dtype"),
+    "write .placefs/plan": lambda: open(os.path.join(m, ".placefs", "plan"), "w"),
+}
+bad = 0
+for what, call in calls.items():
+    try:
+        call()
+        print("FAIL: %s succeeded" % what)
+        bad += 1
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EPERM):
+            print("FAIL: %s: %s, expected EROFS" % (what, errno.errorcode.get(e.errno)))
+            bad += 1
+print("%d write-class calls refused" % (len(calls) - bad))
+sys.exit(1 if bad else 0)
+EOF
+for cmd in "touch $MP/new" "rm -f $MP/a" "mv $MP/a $MP/z" "mkdir $MP/d" "chmod 600 $MP/a" \
+	"setfattr -n user.placefs.placement -v cpu $MP/a" "cp good.safetensors $MP/"; do
+	if tmo 10 sh -c "$cmd" 2>/dev/null; then
+		fail "'$cmd' succeeded on a read-only mount"
+	fi
+done
+umount_fs "$MP"
+
+# ---- a shard changing under a live mount ---------------------------------------------
+tmo 20 "$MKCKPT" -q --seed 10 --random 30 --max-bytes 40K --shards 3 --index live ||
+	fail "mkckpt live"
+SHARD3=model-00003-of-00003.safetensors
+mount_fs live "$MP" -o buffer_size=16K
+
+# Files of the third shard, and of the others.
+in3=$(cd "$MP" && for f in random.*; do
+	[ "$(getfattr --only-values -n user.placefs.source "$f" 2>/dev/null)" = "$SHARD3" ] &&
+		[ "$(stat -c %s "$f")" -gt 0 ] && echo "$f"
+done | head -n 3)
+in1=$(cd "$MP" && for f in random.*; do
+	[ "$(getfattr --only-values -n user.placefs.source "$f" 2>/dev/null)" != "$SHARD3" ] &&
+		[ "$(stat -c %s "$f")" -gt 0 ] && echo "$f"
+done | head -n 3)
+[ -n "$in3" ] && [ -n "$in1" ] || fail "no tensors found in the shards"
+t3=$(echo "$in3" | head -n 1)
+t3b=$(echo "$in3" | sed -n 2p)
+t1=$(echo "$in1" | head -n 1)
+
+# The shard's mtime as validated at mount, to put back later.
+mtime_ns=$("$PYTHON" -c 'import os, sys; print(os.stat(sys.argv[1]).st_mtime_ns)' "live/$SHARD3")
+set_mtime() {
+	"$PYTHON" -c 'import os, sys; n = int(sys.argv[2]); os.utime(sys.argv[1], ns=(n, n))' "$1" "$2" ||
+		fail "cannot set the mtime of $1"
+}
+
+# (1) Truncated: a file opened before (O_DIRECT, so no cached page can answer) and
+# fresh opens both fail with EIO; the log names the shard; other shards serve.
+tmo 20 "$PYTHON" - "$MP/$t3" "live/$SHARD3" <<'EOF' || fail "truncation not reported as EIO"
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+size = os.path.getsize(sys.argv[2])
+os.truncate(sys.argv[2], size - 100)
+import mmap
+buf = mmap.mmap(-1, 1 << 20)
+try:
+    os.preadv(fd, [buf], 0)
+    print("FAIL: read after truncation succeeded")
+    sys.exit(1)
+except OSError as e:
+    if e.errno not in (errno.EIO, errno.ESTALE):
+        print("FAIL: read after truncation: %s" % errno.errorcode.get(e.errno))
+        sys.exit(1)
+    print("read of an open file after truncation: %s" % errno.errorcode[e.errno])
+EOF
+r=$(py_read_errno "$MP/$t3b")
+case $r in EIO|ESTALE) ;; *) fail "open+read of $t3b after truncation: $r" ;; esac
+[ "$(py_read_errno "$MP/$t1")" = OK ] || fail "other shard stopped serving after truncation"
+grep -q "$SHARD3" "$MOUNT_LOG" || fail "the log does not name the truncated shard"
+tmo 10 grep -q "\"stale_shards\": \[\"$SHARD3\"\]" "$MP/.placefs/stats" ||
+	fail "stats does not list the stale shard"
+note "truncated shard: $r, logged: $(grep "$SHARD3" "$MOUNT_LOG" | head -n 1)"
+
+# (2) Restored in place (same inode, content and mtime): it serves again.
+tmo 20 "$MKCKPT" -q --seed 10 --random 30 --max-bytes 40K --shards 3 --index fresh ||
+	fail "mkckpt fresh"
+cmp -s "fresh/$SHARD3" "live/$SHARD3" && fail "the truncation did not change the shard"
+"$PYTHON" - "fresh/$SHARD3" "live/$SHARD3" <<'EOF' || fail "restore failed"
+import sys
+data = open(sys.argv[1], "rb").read()
+with open(sys.argv[2], "r+b") as f:
+    f.write(data)
+EOF
+set_mtime "live/$SHARD3" "$mtime_ns"
+r=$(py_read_errno "$MP/$t3b")
+if [ "$r" = OK ]; then
+	note "restored shard serves again"
+	tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" live --limit 16384 --ranges 2 ||
+		fail "restored shard serves wrong bytes"
+else
+	fail "restored shard still refused: $r"
+fi
+
+# (3) Rewritten in place with the same size but a new mtime: ESTALE.
+touch -d '2001-01-01 00:00:00' "live/$SHARD3"
+r=$(py_read_errno "$MP/$t3")
+[ "$r" = ESTALE ] || fail "read after an in-place rewrite: $r, expected ESTALE"
+set_mtime "live/$SHARD3" "$mtime_ns"
+[ "$(py_read_errno "$MP/$t3")" = OK ] || fail "shard not served after its mtime came back"
+
+# (4) Replaced by another file (rename over it): ESTALE, other shards fine.
+cp "fresh/$SHARD3" "live/$SHARD3.new"
+set_mtime "live/$SHARD3.new" "$mtime_ns"
+mv "live/$SHARD3.new" "live/$SHARD3"
+r=$(py_read_errno "$MP/$t3")
+[ "$r" = ESTALE ] || fail "read after the shard was replaced: $r, expected ESTALE"
+[ "$(py_read_errno "$MP/$t1")" = OK ] || fail "other shard stopped serving after a replace"
+note "replaced shard: ESTALE"
+
+umount_fs "$MP"
+
+# ---- a shard truncated under active readers ----------------------------------------
+# (5) The default read mode (mmap) with its checks: 8 threads read the tail tensor
+# with O_DIRECT in a loop while the shard is cut at a page boundary inside it.
+# Every read must return the original bytes or fail with EIO/ESTALE; never others.
+tmo 20 "$MKCKPT" -q --seed 13 --tensor 'head:F32:262144' --tensor 'tail:F32:262144' \
+	cut.safetensors || fail "mkckpt cut"
+mount_fs cut.safetensors "$MP"
+tmo 30 "$PYTHON" - "$MP" cut.safetensors <<'EOF' || fail "readers saw wrong bytes or no error"
+import errno, mmap, os, sys, threading, time
+mnt, shard = sys.argv[1], sys.argv[2]
+want = {}
+for name in ("head", "tail"):
+    off = int(os.getxattr(os.path.join(mnt, name), "user.placefs.offset"))
+    with open(shard, "rb") as f:
+        f.seek(off)
+        want[name] = f.read(1 << 20)
+errors, wrong, stop = [], [], threading.Event()
+def reader(k):
+    buf = mmap.mmap(-1, 1 << 20)
+    fd = os.open(os.path.join(mnt, "tail"), os.O_RDONLY | os.O_DIRECT)
+    while not stop.is_set():
+        try:
+            n = os.preadv(fd, [buf], 0)
+            if buf[:n] != want["tail"][:n] or n != len(want["tail"]):
+                wrong.append(n)
+        except OSError as e:
+            errors.append(e.errno)
+            break
+    os.close(fd)
+th = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+for t in th:
+    t.start()
+time.sleep(0.2)
+size = os.path.getsize(shard)
+os.truncate(shard, (size - (1 << 19)) & ~4095)
+time.sleep(0.3)
+stop.set()
+for t in th:
+    t.join()
+if wrong:
+    print("FAIL: %d reads returned bytes other than the source's" % len(wrong))
+    sys.exit(1)
+if not errors or any(e not in (errno.EIO, errno.ESTALE) for e in errors):
+    print("FAIL: readers ended with %r, expected EIO/ESTALE" % errors)
+    sys.exit(1)
+print("8 readers under truncation: %s" % sorted(set(errno.errorcode[e] for e in errors)))
+EOF
+kill -0 "$MOUNT_PID" || fail "daemon died under truncation"
+[ "$(py_read_errno "$MP/.placefs/plan")" = OK ] || fail "daemon stopped serving"
+umount_fs "$MP"
+
+# (6) Both read modes with the per-read check switched off (testing knob), so the
+# truncation reaches the data path itself: mmap's writev faults (EFAULT to the
+# daemon, EIO to the reader) and pread comes back short (EIO); the daemon
+# survives, logs the shard, and keeps serving the intact part.
+for mode in mmap pread; do
+	tmo 20 "$MKCKPT" -q --seed 13 --tensor 'head:F32:262144' --tensor 'tail:F32:262144' \
+		cut.safetensors || fail "mkckpt cut"
+	export PLACEFS_TEST_SKIP_READ_CHECK=1
+	mount_fs cut.safetensors "$MP" -o read_mode=$mode
+	unset PLACEFS_TEST_SKIP_READ_CHECK
+	tmo 20 "$PYTHON" - "$MP" cut.safetensors <<'EOF' || fail "read_mode=$mode: truncation not EIO"
+import errno, mmap, os, sys
+mnt, shard = sys.argv[1], sys.argv[2]
+buf = mmap.mmap(-1, 1 << 20)
+fds = {n: os.open(os.path.join(mnt, n), os.O_RDONLY | os.O_DIRECT) for n in ("head", "tail")}
+assert os.preadv(fds["tail"], [buf], 0) == 1 << 20
+size = os.path.getsize(shard)
+os.truncate(shard, size - (1 << 19))
+try:
+    n = os.preadv(fds["tail"], [buf], 1 << 19)
+    print("FAIL: read past the new end returned %d bytes" % n)
+    sys.exit(1)
+except OSError as e:
+    if e.errno != errno.EIO:
+        print("FAIL: read past the new end: %s" % errno.errorcode[e.errno])
+        sys.exit(1)
+with open(shard, "rb") as f:
+    f.seek(int(os.getxattr(os.path.join(mnt, "head"), "user.placefs.offset")))
+    want = f.read(1 << 20)
+n = os.preadv(fds["head"], [buf], 0)
+if buf[:n] != want or n != len(want):
+    print("FAIL: the intact tensor is no longer served")
+    sys.exit(1)
+print("truncated under an open file: EIO; intact tensor still served")
+EOF
+	kill -0 "$MOUNT_PID" || fail "read_mode=$mode: the daemon died"
+	case $mode in
+	mmap) grep -q "replying from its mapping failed" "$MOUNT_LOG" ||
+		fail "read_mode=mmap: the failed reply is not logged" ;;
+	pread) grep -q "short read" "$MOUNT_LOG" || fail "read_mode=pread: short read not logged" ;;
+	esac
+	umount_fs "$MP"
+	note "read_mode=$mode with the check off: EIO, daemon alive, exit 0"
+done
+
+note "ok"
+exit 0
