@@ -1,1 +1,525 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend_i.h"
+
+/* At most this many imported destinations stay cached; the oldest idle one goes first. */
+#define DEST_CACHE_MAX 64
+
+struct placefs__dest_entry {
+	struct placefs__dest_entry *next;
+	uint32_t kind;
+	uint32_t key_len;
+	uint8_t key[PLACEFS_IOC_HANDLE_MAX];
+	void *ptr;         /* shm: the mapping; CUDA IPC: the imported device pointer */
+	uint64_t map_size; /* shm: bytes mapped */
+	dev_t dev;         /* shm: identity of the mapped object */
+	ino_t ino;
+	unsigned refs;  /* copies using it right now */
+	bool detached;  /* no longer in the cache; dropped at the last unref */
+	uint64_t stamp; /* last use, for eviction */
+};
+
+_Static_assert((int)PLACEFS_BACKEND_CUDA == PLACEFS_IOC_BACKEND_CUDA, "backend kinds");
+
+const char *placefs_backend_kind_name(enum placefs_backend_kind kind)
+{
+	switch (kind) {
+	case PLACEFS_BACKEND_NONE: return "none";
+	case PLACEFS_BACKEND_HOST: return "host";
+	case PLACEFS_BACKEND_CUDA: return "cuda";
+	}
+	return "unknown";
+}
+
+int placefs_backend_parse_spec(const char *spec, enum placefs_backend_kind *kind, int *device,
+                               struct placefs_error *err)
+{
+	const char *p;
+	long v = 0;
+
+	if (!spec)
+		spec = "";
+	if (strcmp(spec, "none") == 0 || strcmp(spec, "host") == 0) {
+		*kind = spec[0] == 'n' ? PLACEFS_BACKEND_NONE : PLACEFS_BACKEND_HOST;
+		*device = -1;
+		return 0;
+	}
+	if (strncmp(spec, "cuda:", 5) != 0 || spec[5] == '\0')
+		goto bad;
+	/* Decimal digits only: no sign, no spaces, no hex, at most 4 digits. */
+	for (p = spec + 5; *p; p++) {
+		if (*p < '0' || *p > '9' || p - (spec + 5) >= 4)
+			goto bad;
+		v = v * 10 + (*p - '0');
+	}
+	if (v > 1023)
+		goto bad;
+	*kind = PLACEFS_BACKEND_CUDA;
+	*device = (int)v;
+	return 0;
+bad:
+	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+	                         "device spec \"%.64s\": expected cuda:N (N from 0 to 1023), host "
+	                         "or none",
+	                         spec);
+}
+
+int placefs_backend_cuda_devices(struct placefs_error *err)
+{
+#ifdef HAVE_CUDA
+	return placefs__cuda_device_count(err);
+#else
+	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+	                         "placefs was built without CUDA");
+#endif
+}
+
+int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_buffer,
+                           struct placefs_backend **out, struct placefs_error *err)
+{
+	const struct placefs_backend_ops *ops = NULL;
+	struct placefs_backend *be;
+	enum placefs_backend_kind kind;
+	uint64_t chunk, n;
+	int device, rc;
+
+	*out = NULL;
+	rc = placefs_backend_parse_spec(spec, &kind, &device, err);
+	if (rc != 0)
+		return rc;
+	if (kind == PLACEFS_BACKEND_NONE)
+		return 0;
+	if (ring_bytes == 0)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: the staging ring size must be greater than zero",
+		                         spec);
+	if (host_buffer == 0)
+		host_buffer = PLACEFS_HOST_BUFFER_DEFAULT;
+	if (host_buffer < PLACEFS_HOST_BUFFER_MIN || host_buffer > PLACEFS_HOST_BUFFER_MAX)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: host_buffer=%llu is outside %llu..%llu bytes", spec,
+		                         (unsigned long long)host_buffer,
+		                         (unsigned long long)PLACEFS_HOST_BUFFER_MIN,
+		                         (unsigned long long)PLACEFS_HOST_BUFFER_MAX);
+	if (kind == PLACEFS_BACKEND_HOST) {
+		ops = &placefs__host_ops;
+	} else {
+#ifdef HAVE_CUDA
+		ops = &placefs__cuda_ops;
+#else
+		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+		                         "%s requested but placefs was built without CUDA", spec);
+#endif
+	}
+
+	chunk = host_buffer / PLACEFS_CHUNK_TARGET_COUNT / PLACEFS_CHUNK_MIN * PLACEFS_CHUNK_MIN;
+	if (chunk < PLACEFS_CHUNK_MIN)
+		chunk = PLACEFS_CHUNK_MIN;
+	if (chunk > PLACEFS_CHUNK_MAX)
+		chunk = PLACEFS_CHUNK_MAX;
+	n = host_buffer / chunk;
+
+	be = calloc(1, sizeof(*be));
+	if (!be)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "%s: out of memory", spec);
+	if (pthread_mutex_init(&be->dest_lock, NULL) != 0) {
+		free(be);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "%s: out of memory", spec);
+	}
+	be->ops = ops;
+	be->info.kind = kind;
+	be->info.device = device;
+	be->info.ring_bytes = ring_bytes;
+	be->info.chunk_bytes = chunk;
+	be->info.nchunks = (unsigned)n;
+	be->info.host_buffer_bytes = chunk * n;
+	rc = ops->open(be, device, err);
+	if (rc != 0) {
+		pthread_mutex_destroy(&be->dest_lock);
+		free(be);
+		return rc;
+	}
+	*out = be;
+	return 0;
+}
+
+static void dest_drop(struct placefs_backend *be, struct placefs__dest_entry *e)
+{
+	if (e->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
+		munmap(e->ptr, e->map_size);
+	else if (be->ops->ipc_close)
+		be->ops->ipc_close(be, e->ptr);
+	free(e);
+}
+
+void placefs_backend_free(struct placefs_backend *be)
+{
+	struct placefs__dest_entry *e, *next;
+
+	if (!be)
+		return;
+	/* Imports first: a CUDA IPC mapping must close before the context goes. */
+	for (e = be->dests; e; e = next) {
+		next = e->next;
+		dest_drop(be, e);
+	}
+	be->ops->close(be);
+	pthread_mutex_destroy(&be->dest_lock);
+	free(be);
+}
+
+void placefs_backend_get_info(const struct placefs_backend *be, struct placefs_backend_info *info)
+{
+	*info = be->info;
+}
+
+void *placefs_backend_chunk(const struct placefs_backend *be, unsigned i)
+{
+	if (i >= be->info.nchunks)
+		return NULL;
+	return be->host_buf + (uint64_t)i * be->info.chunk_bytes;
+}
+
+static int ring_range(const struct placefs_backend *be, uint64_t off, uint64_t n,
+                      struct placefs_error *err)
+{
+	if (off > be->info.ring_bytes || n > be->info.ring_bytes - off)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: ring range %llu+%llu is outside the %llu-byte ring",
+		                         be->info.name, (unsigned long long)off,
+		                         (unsigned long long)n,
+		                         (unsigned long long)be->info.ring_bytes);
+	return 0;
+}
+
+int placefs_backend_chunk_to_ring(struct placefs_backend *be, unsigned i, uint64_t ring_off,
+                                  uint64_t n, struct placefs_error *err)
+{
+	int rc;
+
+	if (i >= be->info.nchunks || n > be->info.chunk_bytes)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: chunk %u with %llu bytes is not a valid bounce chunk",
+		                         be->info.name, i, (unsigned long long)n);
+	rc = ring_range(be, ring_off, n, err);
+	if (rc != 0 || n == 0)
+		return rc;
+	return be->ops->chunk_to_ring(be, i, ring_off, n, err);
+}
+
+int placefs_backend_chunk_poll(struct placefs_backend *be, unsigned i)
+{
+	if (i >= be->info.nchunks)
+		return 1;
+	return be->ops->chunk_poll(be, i);
+}
+
+int placefs_backend_chunk_wait(struct placefs_backend *be, unsigned i, struct placefs_error *err)
+{
+	if (i >= be->info.nchunks)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: chunk %u does not exist", be->info.name, i);
+	return be->ops->chunk_wait(be, i, err);
+}
+
+int placefs_backend_read_ring(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,
+                              struct placefs_error *err)
+{
+	int rc = ring_range(be, ring_off, n, err);
+
+	if (rc != 0 || n == 0)
+		return rc;
+	return be->ops->ring_to_host(be, ring_off, dst, n, err);
+}
+
+/* A shm name is "/" then 1..(HANDLE_MAX - 2) bytes without '/' or NUL, NUL-terminated. */
+static int shm_name_check(const uint8_t *h, uint32_t bytes, struct placefs_error *err)
+{
+	size_t len;
+
+	if (bytes < 3 || bytes > PLACEFS_IOC_HANDLE_MAX)
+		goto bad;
+	len = strnlen((const char *)h, bytes);
+	if (len != (size_t)bytes - 1 || h[0] != '/' || memchr(h + 1, '/', len - 1))
+		goto bad;
+	return 0;
+bad:
+	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+	                         "destination shm name must be \"/name\" (no other '/', at most %d "
+	                         "bytes with its NUL) and handle_bytes its length + 1",
+	                         PLACEFS_IOC_HANDLE_MAX);
+}
+
+int placefs_dest_shm(struct placefs_dest *d, const char *name, uint64_t offset, uint64_t size,
+                     struct placefs_error *err)
+{
+	size_t len = strnlen(name, PLACEFS_IOC_HANDLE_MAX);
+
+	memset(d, 0, sizeof(*d));
+	if (len >= PLACEFS_IOC_HANDLE_MAX)
+		return shm_name_check((const uint8_t *)"", 0, err);
+	d->kind = PLACEFS_IOC_HANDLE_HOST_SHM;
+	memcpy(d->handle, name, len);
+	d->handle_bytes = (uint32_t)len + 1;
+	d->offset = offset;
+	d->size = size;
+	return shm_name_check(d->handle, d->handle_bytes, err);
+}
+
+int placefs_dest_cuda_ipc(struct placefs_dest *d, const void *handle, size_t len, uint64_t offset,
+                          uint64_t size, struct placefs_error *err)
+{
+	memset(d, 0, sizeof(*d));
+	if (len != PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "a CUDA IPC handle is %d bytes, not %zu",
+		                         PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES, len);
+	d->kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+	d->handle_bytes = (uint32_t)len;
+	memcpy(d->handle, handle, len);
+	d->offset = offset;
+	d->size = size;
+	return 0;
+}
+
+/* Removes e from the cache list; lock held. */
+static void dest_detach(struct placefs_backend *be, struct placefs__dest_entry *e)
+{
+	struct placefs__dest_entry **pp;
+
+	for (pp = &be->dests; *pp; pp = &(*pp)->next) {
+		if (*pp == e) {
+			*pp = e->next;
+			be->ndests--;
+			break;
+		}
+	}
+	e->detached = true;
+	e->next = NULL;
+}
+
+/* Drops the oldest idle entries until there is room for one more; lock held. */
+static void dest_evict(struct placefs_backend *be)
+{
+	while (be->ndests >= DEST_CACHE_MAX) {
+		struct placefs__dest_entry *e, *old = NULL;
+
+		for (e = be->dests; e; e = e->next)
+			if (e->refs == 0 && (!old || e->stamp < old->stamp))
+				old = e;
+		if (!old)
+			return; /* all busy: the cache may exceed its size for a while */
+		dest_detach(be, old);
+		dest_drop(be, old);
+	}
+}
+
+static struct placefs__dest_entry *dest_find(struct placefs_backend *be, uint32_t kind,
+                                             const uint8_t *key, uint32_t len)
+{
+	struct placefs__dest_entry *e;
+
+	for (e = be->dests; e; e = e->next)
+		if (e->kind == kind && e->key_len == len && memcmp(e->key, key, len) == 0)
+			return e;
+	return NULL;
+}
+
+static struct placefs__dest_entry *dest_new(struct placefs_backend *be, uint32_t kind,
+                                            const uint8_t *key, uint32_t len)
+{
+	struct placefs__dest_entry *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->kind = kind;
+	e->key_len = len;
+	memcpy(e->key, key, len);
+	return e;
+}
+
+/* Finds or maps the shm object of d; lock held. */
+static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d,
+                        struct placefs__dest_entry **out, struct placefs_error *err)
+{
+	const char *name = (const char *)d->handle;
+	struct placefs__dest_entry *e;
+	struct stat st;
+	void *p;
+	int fd, rc;
+
+	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = -errno;
+		return placefs_error_set(err, rc, PLACEFS_E_IO,
+		                         "destination shm \"%s\": cannot open: %s", name,
+		                         strerror(-rc));
+	}
+	if (fstat(fd, &st) != 0) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "destination shm \"%s\": cannot stat: %s", name,
+		                       strerror(errno));
+		goto out_close;
+	}
+	if (d->check_uid && st.st_uid != d->uid) {
+		rc = placefs_error_set(err, -EACCES, PLACEFS_E_USAGE,
+		                       "destination shm \"%s\" belongs to uid %u, not to the "
+		                       "caller (uid %u)",
+		                       name, (unsigned)st.st_uid, (unsigned)d->uid);
+		goto out_close;
+	}
+	if ((uint64_t)st.st_size < d->size || st.st_size == 0) {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                       "destination shm \"%s\" has %lld bytes, fewer than "
+		                       "dest_size %llu",
+		                       name, (long long)st.st_size, (unsigned long long)d->size);
+		goto out_close;
+	}
+	e = dest_find(be, d->kind, d->handle, d->handle_bytes);
+	if (e && e->dev == st.st_dev && e->ino == st.st_ino &&
+	    e->map_size == (uint64_t)st.st_size) {
+		close(fd);
+		*out = e;
+		return 0;
+	}
+	if (e) {
+		/* The name now refers to another object, or it was resized. */
+		dest_detach(be, e);
+		if (e->refs == 0)
+			dest_drop(be, e);
+	}
+	dest_evict(be);
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "destination shm \"%s\": cannot map %lld bytes: %s", name,
+		                       (long long)st.st_size, strerror(errno));
+		goto out_close;
+	}
+	close(fd);
+	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
+	if (!e) {
+		munmap(p, (size_t)st.st_size);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	}
+	e->ptr = p;
+	e->map_size = (uint64_t)st.st_size;
+	e->dev = st.st_dev;
+	e->ino = st.st_ino;
+	e->next = be->dests;
+	be->dests = e;
+	be->ndests++;
+	*out = e;
+	return 0;
+out_close:
+	close(fd);
+	return rc;
+}
+
+/* Finds or opens the CUDA IPC handle of d; lock held. */
+static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d,
+                        struct placefs__dest_entry **out, struct placefs_error *err)
+{
+	struct placefs__dest_entry *e;
+	void *p = NULL;
+	int rc;
+
+	e = dest_find(be, d->kind, d->handle, d->handle_bytes);
+	if (e) {
+		*out = e;
+		return 0;
+	}
+	dest_evict(be);
+	rc = be->ops->ipc_open(be, d->handle, &p, err);
+	if (rc != 0)
+		return rc;
+	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
+	if (!e) {
+		be->ops->ipc_close(be, p);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	}
+	e->ptr = p;
+	e->next = be->dests;
+	be->dests = e;
+	be->ndests++;
+	*out = e;
+	return 0;
+}
+
+int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,
+                             const struct placefs_dest *dest, struct placefs_error *err)
+{
+	struct placefs__dest_entry *e = NULL;
+	int rc;
+
+	rc = ring_range(be, ring_off, n, err);
+	if (rc != 0)
+		return rc;
+	switch (dest->kind) {
+	case PLACEFS_IOC_HANDLE_HOST_SHM:
+		rc = shm_name_check(dest->handle, dest->handle_bytes, err);
+		if (rc != 0)
+			return rc;
+		break;
+	case PLACEFS_IOC_HANDLE_CUDA_IPC:
+		if (dest->handle_bytes != PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES)
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                         "a CUDA IPC destination handle is %d bytes, "
+			                         "not %u",
+			                         PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES,
+			                         dest->handle_bytes);
+		if (!be->ops->ipc_open)
+			return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+			                         "%s cannot copy into a CUDA IPC destination",
+			                         be->info.name);
+		break;
+	default:
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "unknown destination kind %u", dest->kind);
+	}
+	if (dest->offset > dest->size || n > dest->size - dest->offset)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "destination too small: offset %llu + %llu bytes > size "
+		                         "%llu",
+		                         (unsigned long long)dest->offset, (unsigned long long)n,
+		                         (unsigned long long)dest->size);
+	if (n == 0)
+		return 0;
+
+	pthread_mutex_lock(&be->dest_lock);
+	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
+		rc = dest_get_shm(be, dest, &e, err);
+	else
+		rc = dest_get_ipc(be, dest, &e, err);
+	if (rc == 0) {
+		e->refs++;
+		e->stamp = ++be->dest_clock;
+	}
+	pthread_mutex_unlock(&be->dest_lock);
+	if (rc != 0)
+		return rc;
+
+	/* The copy runs unlocked; the reference keeps the mapping alive. */
+	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
+		rc = be->ops->ring_to_host(be, ring_off, (uint8_t *)e->ptr + dest->offset, n, err);
+	else
+		rc = be->ops->ring_to_device(be, ring_off, (uint8_t *)e->ptr + dest->offset, n,
+		                             err);
+
+	pthread_mutex_lock(&be->dest_lock);
+	if (--e->refs == 0 && e->detached)
+		dest_drop(be, e);
+	pthread_mutex_unlock(&be->dest_lock);
+	return rc;
+}

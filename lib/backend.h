@@ -1,1 +1,162 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+/*
+ * backend: the memory a placefs mount stages tensors into.
+ *
+ * A backend is chosen at mount with -o device=SPEC:
+ *   cuda:N  the ring is one cudaMalloc allocation on device N; bounce
+ *           buffers are cudaHostAlloc memory; copies are cudaMemcpyAsync on
+ *           one stream per chunk; the ring is exported as a CUDA IPC handle.
+ *   host    the ring is a POSIX shared-memory object ("/placefs-<pid>-<n>")
+ *           mapped MAP_SHARED; bounce buffers are aligned heap memory; copies
+ *           are memcpy. Same protocol end to end, for machines without a GPU.
+ *   none    staging disabled: placefs_backend_create() gives NULL.
+ *
+ * placefs_backend_create() makes all the memory the backend will ever use
+ * for tensor data: exactly ring_bytes of ring and at most host_buffer bytes
+ * of (pinned) bounce memory, split into chunks. Nothing grows later.
+ *
+ * Threads: every function may be called from any thread, concurrently,
+ * except that one chunk must be driven by one thread at a time (the stager
+ * gives each I/O thread its own chunks) and create/free are not concurrent
+ * with anything. CUDA errors come back as negative errnos plus a message in
+ * `err` naming the CUDA error; the caller logs it.
+ */
+#ifndef PLACEFS_BACKEND_H
+#define PLACEFS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "placefs/ioctl.h"
+
+enum placefs_backend_kind {
+	PLACEFS_BACKEND_NONE = PLACEFS_IOC_BACKEND_NONE,
+	PLACEFS_BACKEND_HOST = PLACEFS_IOC_BACKEND_HOST,
+	PLACEFS_BACKEND_CUDA = PLACEFS_IOC_BACKEND_CUDA,
+};
+
+/* -o host_buffer default and bounds. */
+#define PLACEFS_HOST_BUFFER_DEFAULT (64ULL << 20)
+#define PLACEFS_HOST_BUFFER_MIN     (8ULL << 10)
+#define PLACEFS_HOST_BUFFER_MAX     (4ULL << 30)
+/*
+ * Chunk policy: host_buffer / 16 rounded down to 4 KiB, clamped to
+ * [4 KiB, 16 MiB]; as many whole chunks as fit. 64 MiB gives 16 chunks of
+ * 4 MiB (two per I/O thread with the default 8 threads: double buffering);
+ * 1 GiB gives 64 chunks of 16 MiB.
+ */
+#define PLACEFS_CHUNK_TARGET_COUNT 16
+#define PLACEFS_CHUNK_MIN          (4ULL << 10)
+#define PLACEFS_CHUNK_MAX          (16ULL << 20)
+
+struct placefs_backend;
+
+struct placefs_backend_info {
+	enum placefs_backend_kind kind;
+	int device;                 /* CUDA ordinal; -1 for host */
+	uint64_t ring_bytes;        /* the one ring allocation */
+	uint64_t host_buffer_bytes; /* nchunks * chunk_bytes (<= the requested host_buffer) */
+	uint64_t chunk_bytes;
+	unsigned nchunks;
+	uint32_t handle_kind;  /* enum placefs_ioc_handle_kind of the ring export */
+	uint32_t handle_bytes; /* 0 when the ring cannot be exported */
+	uint8_t handle[PLACEFS_IOC_HANDLE_MAX];
+	char name[128]; /* for logs: "cuda:0 (NVIDIA H200)", "host (/placefs-1-0)" */
+};
+
+/*
+ * A copy-mode destination: a CUDA IPC handle of the caller's allocation or
+ * the name of a POSIX shared-memory object, plus where the tensor goes.
+ * Bytes [offset, offset + nbytes) of the destination must lie inside
+ * [0, size); for shm, size must not exceed the object's size.
+ */
+struct placefs_dest {
+	uint32_t kind;         /* PLACEFS_IOC_HANDLE_CUDA_IPC or PLACEFS_IOC_HANDLE_HOST_SHM */
+	uint32_t handle_bytes; /* 64 for CUDA IPC; strlen(name) + 1 for shm */
+	uint8_t handle[PLACEFS_IOC_HANDLE_MAX];
+	uint64_t offset;
+	uint64_t size;
+	int check_uid; /* shm: refuse (-EACCES) objects not owned by uid */
+	uid_t uid;
+};
+
+/* "cuda", "host", "none". */
+const char *placefs_backend_kind_name(enum placefs_backend_kind kind);
+
+/*
+ * Parses "cuda:N" (N decimal, 0..1023), "host" or "none", strictly: anything
+ * else is -EINVAL with a message quoting the spec. *device is -1 unless cuda.
+ */
+int placefs_backend_parse_spec(const char *spec, enum placefs_backend_kind *kind, int *device,
+                               struct placefs_error *err);
+
+/*
+ * Creates the backend named by `spec` with a ring of ring_bytes (> 0) and
+ * bounce chunks carved from at most host_buffer bytes (0 = default; else
+ * PLACEFS_HOST_BUFFER_MIN..MAX). "none" succeeds with *out = NULL.
+ * Errors: -EINVAL (spec, sizes), -ENODEV (no such CUDA device; the message
+ * is "cuda:N requested but no CUDA device is available: <CUDA error>"),
+ * -EOPNOTSUPP (cuda:N in a build without CUDA), -ENOMEM, -EIO.
+ */
+int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_buffer,
+                           struct placefs_backend **out, struct placefs_error *err);
+
+/*
+ * Frees everything: imported destinations, streams, bounce chunks, the ring
+ * (and for host, unlinks its shm name). No copy may be in flight: callers
+ * wait for their chunks first. NULL is accepted.
+ */
+void placefs_backend_free(struct placefs_backend *be);
+
+void placefs_backend_get_info(const struct placefs_backend *be, struct placefs_backend_info *info);
+
+/* Start of bounce chunk i (chunk_bytes long, 4 KiB aligned, pinned for CUDA). */
+void *placefs_backend_chunk(const struct placefs_backend *be, unsigned i);
+
+/*
+ * Starts copying the first n bytes of chunk i into ring bytes [ring_off,
+ * ring_off + n). Asynchronous: the chunk must not be written, and the ring
+ * bytes not relied on, until placefs_backend_chunk_wait(i) returned 0.
+ * -EINVAL for a bad chunk, n > chunk_bytes or a range outside the ring.
+ */
+int placefs_backend_chunk_to_ring(struct placefs_backend *be, unsigned i, uint64_t ring_off,
+                                  uint64_t n, struct placefs_error *err);
+/* 1 when chunk i's last copy has ended (wait then reports how), 0 while it runs. */
+int placefs_backend_chunk_poll(struct placefs_backend *be, unsigned i);
+/* Waits for chunk i's last copy; 0 or the copy's error (e.g. -EIO). */
+int placefs_backend_chunk_wait(struct placefs_backend *be, unsigned i, struct placefs_error *err);
+
+/*
+ * Copies ring bytes [ring_off, ring_off + n) to `dest` and returns when they
+ * are there. The destination is imported on first use and cached (CUDA IPC:
+ * opened once per handle; shm: mapped once per object, re-mapped when the
+ * name now refers to another object), and released at placefs_backend_free.
+ * Errors: -EINVAL (range, handle syntax, offset + n > size, size larger than
+ * the shm object), -ENOENT (no such shm object), -EACCES (check_uid),
+ * -EOPNOTSUPP (CUDA IPC destination on the host backend), -EIO (CUDA).
+ * A 0-byte copy checks the arguments and touches nothing.
+ */
+int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,
+                             const struct placefs_dest *dest, struct placefs_error *err);
+
+/* Copies ring bytes [ring_off, ring_off + n) into host memory dst (synchronous). */
+int placefs_backend_read_ring(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,
+                              struct placefs_error *err);
+
+/* Fills a shm destination; -EINVAL when the name is not "/name" or too long. */
+int placefs_dest_shm(struct placefs_dest *d, const char *name, uint64_t offset, uint64_t size,
+                     struct placefs_error *err);
+/* Fills a CUDA IPC destination from the 64 bytes of a cudaIpcMemHandle_t. */
+int placefs_dest_cuda_ipc(struct placefs_dest *d, const void *handle, size_t len, uint64_t offset,
+                          uint64_t size, struct placefs_error *err);
+
+/*
+ * Number of CUDA devices, or -ENODEV (the runtime reports an error, e.g. no
+ * driver; the message names it) or -EOPNOTSUPP (built without CUDA).
+ * Initialises the CUDA runtime in this process when built with CUDA.
+ */
+int placefs_backend_cuda_devices(struct placefs_error *err);
+
+#endif

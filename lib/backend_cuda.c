@@ -1,1 +1,333 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend_i.h"
+
+/*
+ * The CUDA backend, plain C against the runtime API (no nvcc). The ring is
+ * one cudaMalloc allocation, the bounce chunks one cudaHostAlloc allocation
+ * (allocated once: pinning is slow, ~1 s per GiB). Each chunk has its own
+ * non-blocking stream and an event recorded after its last copy, so a chunk
+ * is reused only once its DMA has finished. Copies out of the ring run on
+ * the calling thread's per-thread default stream and are waited for.
+ *
+ * The current device is per host thread in the runtime, so every entry point
+ * selects the backend's device first: the stager's I/O threads and the FUSE
+ * workers never have to know.
+ */
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES,
+               "CUDA IPC handle size");
+
+struct cuda_priv {
+	int device;
+	uint8_t *ring;         /* device memory */
+	cudaStream_t *streams; /* one per chunk */
+	cudaEvent_t *events;   /* one per chunk: its last copy */
+	unsigned nstreams;
+};
+
+/* Maps a CUDA error to an errno for the caller. */
+static int cuda_errno(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return 0;
+	case cudaErrorMemoryAllocation: return -ENOMEM;
+	case cudaErrorNoDevice:
+	case cudaErrorInvalidDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorDevicesUnavailable:
+	case cudaErrorSystemDriverMismatch: return -ENODEV;
+	case cudaErrorInvalidValue: return -EINVAL;
+	case cudaErrorNotSupported: return -EOPNOTSUPP;
+	default: return -EIO;
+	}
+}
+
+/* Records a CUDA failure: "<what>: <CUDA error name>: <description>". */
+static int cuda_fail(struct placefs_error *err, cudaError_t e, int device, const char *what)
+{
+	int rc = cuda_errno(e);
+
+	return placefs_error_set(err, rc, rc == -ENOMEM ? PLACEFS_E_NOMEM : PLACEFS_E_IO,
+	                         "cuda:%d: %s: %s: %s", device, what, cudaGetErrorName(e),
+	                         cudaGetErrorString(e));
+}
+
+int placefs__cuda_device_count(struct placefs_error *err)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e != cudaSuccess) {
+		/* Clear the runtime's last error so later calls do not report it again. */
+		cudaGetLastError();
+		return placefs_error_set(err, -ENODEV, PLACEFS_E_IO,
+		                         "no CUDA device is available: %s", cudaGetErrorString(e));
+	}
+	return n;
+}
+
+static void cuda_release(struct cuda_priv *cp, uint8_t *host_buf)
+{
+	unsigned i;
+
+	cudaSetDevice(cp->device);
+	for (i = 0; i < cp->nstreams; i++) {
+		if (cp->streams[i]) {
+			cudaStreamSynchronize(cp->streams[i]);
+			cudaStreamDestroy(cp->streams[i]);
+		}
+		if (cp->events[i])
+			cudaEventDestroy(cp->events[i]);
+	}
+	free(cp->streams);
+	free(cp->events);
+	if (host_buf)
+		cudaFreeHost(host_buf);
+	if (cp->ring)
+		cudaFree(cp->ring);
+	free(cp);
+}
+
+static int cuda_open(struct placefs_backend *be, int device, struct placefs_error *err)
+{
+	struct cuda_priv *cp;
+	struct cudaDeviceProp prop;
+	cudaIpcMemHandle_t h;
+	cudaError_t e;
+	unsigned i;
+	int n = 0, rc;
+
+	e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		return placefs_error_set(err, -ENODEV, PLACEFS_E_IO,
+		                         "cuda:%d requested but no CUDA device is available: %s",
+		                         device, cudaGetErrorString(e));
+	}
+	if (n == 0)
+		return placefs_error_set(err, -ENODEV, PLACEFS_E_IO,
+		                         "cuda:%d requested but no CUDA device is available: %s",
+		                         device, cudaGetErrorString(cudaErrorNoDevice));
+	if (device >= n)
+		return placefs_error_set(err, -ENODEV, PLACEFS_E_IO,
+		                         "cuda:%d requested but this machine has %d CUDA "
+		                         "device%s (cuda:0..cuda:%d)",
+		                         device, n, n == 1 ? "" : "s", n - 1);
+
+	cp = calloc(1, sizeof(*cp));
+	if (!cp)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "cuda: out of memory");
+	cp->device = device;
+	cp->streams = calloc(be->info.nchunks, sizeof(*cp->streams));
+	cp->events = calloc(be->info.nchunks, sizeof(*cp->events));
+	if (!cp->streams || !cp->events) {
+		free(cp->streams);
+		free(cp->events);
+		free(cp);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "cuda: out of memory");
+	}
+	cp->nstreams = be->info.nchunks;
+
+	e = cudaSetDevice(device);
+	if (e != cudaSuccess) {
+		rc = cuda_fail(err, e, device, "cannot select the device");
+		goto fail;
+	}
+	e = cudaMalloc((void **)&cp->ring, be->info.ring_bytes);
+	if (e != cudaSuccess) {
+		cp->ring = NULL;
+		cudaGetLastError();
+		rc = placefs_error_set(err, cuda_errno(e), PLACEFS_E_NOMEM,
+		                       "cuda:%d: cannot allocate the %llu-byte staging ring: %s",
+		                       device, (unsigned long long)be->info.ring_bytes,
+		                       cudaGetErrorString(e));
+		goto fail;
+	}
+	e = cudaHostAlloc((void **)&be->host_buf, be->info.host_buffer_bytes, cudaHostAllocDefault);
+	if (e != cudaSuccess) {
+		be->host_buf = NULL;
+		cudaGetLastError();
+		rc = placefs_error_set(err, cuda_errno(e), PLACEFS_E_NOMEM,
+		                       "cuda:%d: cannot allocate %llu bytes of pinned bounce "
+		                       "buffers: %s",
+		                       device, (unsigned long long)be->info.host_buffer_bytes,
+		                       cudaGetErrorString(e));
+		goto fail;
+	}
+	for (i = 0; i < cp->nstreams; i++) {
+		e = cudaStreamCreateWithFlags(&cp->streams[i], cudaStreamNonBlocking);
+		if (e != cudaSuccess) {
+			cp->streams[i] = NULL;
+			rc = cuda_fail(err, e, device, "cannot create a copy stream");
+			goto fail;
+		}
+		/* Blocking sync: a waiting I/O thread sleeps instead of spinning. */
+		e = cudaEventCreateWithFlags(&cp->events[i],
+		                             cudaEventDisableTiming | cudaEventBlockingSync);
+		if (e != cudaSuccess) {
+			cp->events[i] = NULL;
+			rc = cuda_fail(err, e, device, "cannot create a copy event");
+			goto fail;
+		}
+	}
+
+	memset(&prop, 0, sizeof(prop));
+	if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(prop.name, sizeof(prop.name), "unknown device");
+	}
+	e = cudaIpcGetMemHandle(&h, cp->ring);
+	if (e == cudaSuccess) {
+		be->info.handle_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+		be->info.handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
+		memcpy(be->info.handle, &h, sizeof(h));
+		snprintf(be->info.name, sizeof(be->info.name), "cuda:%d (%.64s)", device,
+		         prop.name);
+	} else {
+		/* Borrow mode needs the export; copy mode still works without it. */
+		cudaGetLastError();
+		be->info.handle_kind = PLACEFS_IOC_HANDLE_NONE;
+		be->info.handle_bytes = 0;
+		snprintf(be->info.name, sizeof(be->info.name),
+		         "cuda:%d (%.40s, no IPC export: %.40s)", device, prop.name,
+		         cudaGetErrorName(e));
+	}
+	be->priv = cp;
+	return 0;
+
+fail:
+	cuda_release(cp, be->host_buf);
+	be->host_buf = NULL;
+	return rc;
+}
+
+static void cuda_close(struct placefs_backend *be)
+{
+	cuda_release(be->priv, be->host_buf);
+	be->host_buf = NULL;
+	be->priv = NULL;
+}
+
+static int cuda_chunk_to_ring(struct placefs_backend *be, unsigned i, uint64_t ring_off, uint64_t n,
+                              struct placefs_error *err)
+{
+	struct cuda_priv *cp = be->priv;
+	cudaError_t e;
+
+	cudaSetDevice(cp->device);
+	e = cudaMemcpyAsync(cp->ring + ring_off, be->host_buf + (uint64_t)i * be->info.chunk_bytes,
+	                    n, cudaMemcpyHostToDevice, cp->streams[i]);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(cp->events[i], cp->streams[i]);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, cp->device, "cannot start a copy into the ring");
+	return 0;
+}
+
+static int cuda_chunk_poll(struct placefs_backend *be, unsigned i)
+{
+	struct cuda_priv *cp = be->priv;
+
+	cudaSetDevice(cp->device);
+	return cudaEventQuery(cp->events[i]) == cudaErrorNotReady ? 0 : 1;
+}
+
+static int cuda_chunk_wait(struct placefs_backend *be, unsigned i, struct placefs_error *err)
+{
+	struct cuda_priv *cp = be->priv;
+	cudaError_t e;
+
+	cudaSetDevice(cp->device);
+	e = cudaEventSynchronize(cp->events[i]);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, cp->device, "a copy into the ring failed");
+	return 0;
+}
+
+static int cuda_ring_to_host(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,
+                             struct placefs_error *err)
+{
+	struct cuda_priv *cp = be->priv;
+	cudaError_t e;
+
+	cudaSetDevice(cp->device);
+	e = cudaMemcpyAsync(dst, cp->ring + ring_off, n, cudaMemcpyDeviceToHost,
+	                    cudaStreamPerThread);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(cudaStreamPerThread);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, cp->device, "copy from the ring to host memory failed");
+	return 0;
+}
+
+static int cuda_ipc_open(struct placefs_backend *be, const uint8_t *handle, void **ptr,
+                         struct placefs_error *err)
+{
+	struct cuda_priv *cp = be->priv;
+	cudaIpcMemHandle_t h;
+	cudaError_t e;
+
+	memcpy(&h, handle, sizeof(h));
+	cudaSetDevice(cp->device);
+	e = cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess);
+	if (e != cudaSuccess) {
+		int rc = cuda_errno(e);
+
+		cudaGetLastError();
+		/* A handle the runtime rejects is the caller's mistake. */
+		if (rc == -EIO)
+			rc = -EINVAL;
+		return placefs_error_set(err, rc, PLACEFS_E_USAGE,
+		                         "cuda:%d: cannot open the destination CUDA IPC handle: "
+		                         "%s: %s",
+		                         cp->device, cudaGetErrorName(e), cudaGetErrorString(e));
+	}
+	return 0;
+}
+
+static void cuda_ipc_close(struct placefs_backend *be, void *ptr)
+{
+	struct cuda_priv *cp = be->priv;
+
+	cudaSetDevice(cp->device);
+	cudaIpcCloseMemHandle(ptr);
+}
+
+static int cuda_ring_to_device(struct placefs_backend *be, uint64_t ring_off, void *dptr,
+                               uint64_t n, struct placefs_error *err)
+{
+	struct cuda_priv *cp = be->priv;
+	cudaError_t e;
+
+	cudaSetDevice(cp->device);
+	/* Default kind: the destination may live on another device (UVA). */
+	e = cudaMemcpyAsync(dptr, cp->ring + ring_off, n, cudaMemcpyDefault, cudaStreamPerThread);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(cudaStreamPerThread);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, cp->device,
+		                 "copy from the ring to the destination failed");
+	return 0;
+}
+
+const struct placefs_backend_ops placefs__cuda_ops = {
+        .name = "cuda",
+        .open = cuda_open,
+        .close = cuda_close,
+        .chunk_to_ring = cuda_chunk_to_ring,
+        .chunk_poll = cuda_chunk_poll,
+        .chunk_wait = cuda_chunk_wait,
+        .ring_to_host = cuda_ring_to_host,
+        .ipc_open = cuda_ipc_open,
+        .ipc_close = cuda_ipc_close,
+        .ring_to_device = cuda_ring_to_device,
+};

@@ -1,1 +1,577 @@
-int main(void) { return 77; } /* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+
+static uint8_t pat(uint64_t i, unsigned seed)
+{
+	return (uint8_t)((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+}
+
+static struct placefs_backend *mk(const char *spec, uint64_t ring, uint64_t hb)
+{
+	struct placefs_backend *be = NULL;
+	struct placefs_error err;
+
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_backend_create(spec, ring, hb, &be, &err) == 0, "%s: %s", spec,
+	              err.msg);
+	ck_assert_ptr_nonnull(be);
+	return be;
+}
+
+/* A test-owned shm object of `size` bytes, zero-filled; returns its mapping. */
+static uint8_t *shm_make(const char *name, uint64_t size)
+{
+	int fd;
+	void *p;
+
+	shm_unlink(name);
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	close(fd);
+	return p;
+}
+
+/* Fills n bytes of chunk c with pattern `seed` and copies them to ring_off. */
+static void push(struct placefs_backend *be, unsigned c, uint64_t ring_off, uint64_t n,
+                 unsigned seed)
+{
+	struct placefs_error err;
+	uint8_t *p = placefs_backend_chunk(be, c);
+	uint64_t i;
+
+	ck_assert_ptr_nonnull(p);
+	for (i = 0; i < n; i++)
+		p[i] = pat(i, seed);
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_backend_chunk_to_ring(be, c, ring_off, n, &err) == 0, "%s", err.msg);
+	ck_assert_msg(placefs_backend_chunk_wait(be, c, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(placefs_backend_chunk_poll(be, c), 1);
+}
+
+static void expect_pat(const uint8_t *p, uint64_t n, unsigned seed)
+{
+	uint64_t i;
+
+	for (i = 0; i < n; i++)
+		if (p[i] != pat(i, seed))
+			ck_abort_msg("byte %llu: %u, want %u", (unsigned long long)i, p[i],
+			             pat(i, seed));
+}
+
+START_TEST(test_parse_spec)
+{
+	static const char *const bad[] = {
+	        "",         "cuda",    "cuda:",  "cuda:abc", "cuda:-1",    "cuda:1024",
+	        "cuda:0x1", " host",   "host ",  "HOST",     "cuda:00001", "gpu",
+	        "cuda:1a",  "cuda: 1", "none\n", "cuda:+1",  "cuda:0:1",
+	};
+	enum placefs_backend_kind kind;
+	struct placefs_error err;
+	int dev;
+	size_t i;
+
+	ck_assert_int_eq(placefs_backend_parse_spec("none", &kind, &dev, NULL), 0);
+	ck_assert_int_eq(kind, PLACEFS_BACKEND_NONE);
+	ck_assert_int_eq(dev, -1);
+	ck_assert_int_eq(placefs_backend_parse_spec("host", &kind, &dev, NULL), 0);
+	ck_assert_int_eq(kind, PLACEFS_BACKEND_HOST);
+	ck_assert_int_eq(dev, -1);
+	ck_assert_int_eq(placefs_backend_parse_spec("cuda:0", &kind, &dev, NULL), 0);
+	ck_assert_int_eq(kind, PLACEFS_BACKEND_CUDA);
+	ck_assert_int_eq(dev, 0);
+	ck_assert_int_eq(placefs_backend_parse_spec("cuda:1023", &kind, &dev, NULL), 0);
+	ck_assert_int_eq(dev, 1023);
+	ck_assert_int_eq(placefs_backend_parse_spec("cuda:07", &kind, &dev, NULL), 0);
+	ck_assert_int_eq(dev, 7);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_backend_parse_spec(bad[i], &kind, &dev, &err) == -EINVAL,
+		              "\"%s\" accepted", bad[i]);
+		ck_assert_int_eq(err.kind, PLACEFS_E_USAGE);
+		ck_assert_ptr_nonnull(strstr(err.msg, "expected cuda:N"));
+	}
+	placefs_error_clear(&err);
+	placefs_backend_parse_spec("cuda:abc", &kind, &dev, &err);
+	ck_assert_str_eq(
+	        err.msg,
+	        "device spec \"cuda:abc\": expected cuda:N (N from 0 to 1023), host or none");
+	ck_assert_str_eq(placefs_backend_kind_name(PLACEFS_BACKEND_CUDA), "cuda");
+	ck_assert_str_eq(placefs_backend_kind_name(PLACEFS_BACKEND_HOST), "host");
+	ck_assert_str_eq(placefs_backend_kind_name(PLACEFS_BACKEND_NONE), "none");
+}
+END_TEST
+
+START_TEST(test_create_none_and_bad)
+{
+	struct placefs_backend *be = (struct placefs_backend *)1;
+	struct placefs_error err;
+
+	ck_assert_int_eq(placefs_backend_create("none", 1 << 20, 0, &be, NULL), 0);
+	ck_assert_ptr_null(be);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_create("cuda:abc", 1 << 20, 0, &be, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "cuda:abc"));
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_create("host", 0, 0, &be, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "ring size"));
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_create("host", 1 << 20, 4096, &be, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "host_buffer=4096"));
+	ck_assert_int_eq(
+	        placefs_backend_create("host", 1 << 20, PLACEFS_HOST_BUFFER_MAX + 1, &be, NULL),
+	        -EINVAL);
+	ck_assert_ptr_null(be);
+	placefs_backend_free(NULL);
+}
+END_TEST
+
+START_TEST(test_host_info_and_chunks)
+{
+	struct placefs_backend_info info;
+	struct placefs_backend *be;
+	char prefix[64];
+	int fd;
+
+	be = mk("host", 1 << 20, 64 << 10);
+	placefs_backend_get_info(be, &info);
+	ck_assert_int_eq(info.kind, PLACEFS_BACKEND_HOST);
+	ck_assert_int_eq(info.device, -1);
+	ck_assert_uint_eq(info.ring_bytes, 1 << 20);
+	ck_assert_uint_eq(info.chunk_bytes, 4096);
+	ck_assert_uint_eq(info.nchunks, 16);
+	ck_assert_uint_eq(info.host_buffer_bytes, 64 << 10);
+	ck_assert_uint_eq(info.handle_kind, PLACEFS_IOC_HANDLE_HOST_SHM);
+	snprintf(prefix, sizeof(prefix), "/placefs-%ld-", (long)getpid());
+	ck_assert_msg(strncmp((char *)info.handle, prefix, strlen(prefix)) == 0, "%s",
+	              (char *)info.handle);
+	ck_assert_uint_eq(info.handle_bytes, strlen((char *)info.handle) + 1);
+	ck_assert_ptr_nonnull(strstr(info.name, (char *)info.handle));
+	ck_assert_ptr_null(placefs_backend_chunk(be, 16));
+	ck_assert_uint_eq((uintptr_t)placefs_backend_chunk(be, 1) % 4096, 0);
+	ck_assert_ptr_eq((uint8_t *)placefs_backend_chunk(be, 1),
+	                 (uint8_t *)placefs_backend_chunk(be, 0) + 4096);
+	placefs_backend_free(be);
+	/* The ring's name is gone with the backend. */
+	fd = shm_open((char *)info.handle, O_RDONLY, 0);
+	ck_assert_int_eq(fd, -1);
+	ck_assert_int_eq(errno, ENOENT);
+
+	/* Chunk policy: host_buffer / 16, 4 KiB multiples, whole chunks only. */
+	be = mk("host", 4096, 0);
+	placefs_backend_get_info(be, &info);
+	ck_assert_uint_eq(info.chunk_bytes, 4 << 20);
+	ck_assert_uint_eq(info.nchunks, 16);
+	ck_assert_uint_eq(info.host_buffer_bytes, PLACEFS_HOST_BUFFER_DEFAULT);
+	placefs_backend_free(be);
+	be = mk("host", 4096, 100 << 10);
+	placefs_backend_get_info(be, &info);
+	ck_assert_uint_eq(info.chunk_bytes, 4096);
+	ck_assert_uint_eq(info.nchunks, 25);
+	placefs_backend_free(be);
+	be = mk("host", 4096, PLACEFS_HOST_BUFFER_MIN);
+	placefs_backend_get_info(be, &info);
+	ck_assert_uint_eq(info.nchunks, 2);
+	ck_assert_uint_le(info.host_buffer_bytes, PLACEFS_HOST_BUFFER_MIN);
+	placefs_backend_free(be);
+	be = mk("host", 4096, 600ULL << 20);
+	placefs_backend_get_info(be, &info);
+	ck_assert_uint_eq(info.chunk_bytes, 16 << 20);
+	ck_assert_uint_eq(info.nchunks, 37);
+	ck_assert_uint_le(info.host_buffer_bytes, 600ULL << 20);
+	placefs_backend_free(be);
+}
+END_TEST
+
+START_TEST(test_host_ring_export)
+{
+	struct placefs_backend_info info;
+	struct placefs_backend *be;
+	struct placefs_error err;
+	uint8_t *view, *buf;
+	int fd;
+
+	be = mk("host", 100000, 64 << 10);
+	placefs_backend_get_info(be, &info);
+	push(be, 0, 0, 4096, 1);
+	push(be, 3, 50000, 1000, 2);
+	push(be, 15, 100000 - 4096, 4096, 3);
+
+	/* Another mapping of the exported name sees the bytes. */
+	fd = shm_open((char *)info.handle, O_RDONLY, 0);
+	ck_assert_int_ge(fd, 0);
+	view = mmap(NULL, 100000, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(view, MAP_FAILED);
+	close(fd);
+	expect_pat(view, 4096, 1);
+	expect_pat(view + 50000, 1000, 2);
+	expect_pat(view + 100000 - 4096, 4096, 3);
+
+	buf = malloc(4096);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_read_ring(be, 50000, buf, 1000, &err), 0);
+	expect_pat(buf, 1000, 2);
+	ck_assert_int_eq(placefs_backend_read_ring(be, 0, buf, 0, &err), 0);
+
+	/* Bounds. */
+	ck_assert_int_eq(placefs_backend_read_ring(be, 99999, buf, 2, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "outside the 100000-byte ring"));
+	ck_assert_int_eq(placefs_backend_read_ring(be, UINT64_MAX, buf, 2, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_backend_chunk_to_ring(be, 16, 0, 1, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_backend_chunk_to_ring(be, 0, 0, 4097, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_backend_chunk_to_ring(be, 0, 100000 - 100, 101, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_backend_chunk_wait(be, 16, NULL), -EINVAL);
+	/* A failed copy changed nothing. */
+	expect_pat(view + 100000 - 4096, 4096, 3);
+
+	munmap(view, 100000);
+	free(buf);
+	placefs_backend_free(be);
+}
+END_TEST
+
+START_TEST(test_host_dest_shm)
+{
+	struct placefs_backend *be;
+	struct placefs_dest d;
+	struct placefs_error err;
+	char name[64];
+	uint8_t *dst, *dst2;
+	unsigned i;
+
+	snprintf(name, sizeof(name), "/placefs-test-%ld-a", (long)getpid());
+	dst = shm_make(name, 65536);
+	be = mk("host", 1 << 20, 64 << 10);
+	push(be, 0, 8192, 4096, 5);
+
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_dest_shm(&d, name, 1000, 65536, &err), 0);
+	ck_assert_msg(placefs_backend_copy_out(be, 8192, 4096, &d, &err) == 0, "%s", err.msg);
+	expect_pat(dst + 1000, 4096, 5);
+	for (i = 0; i < 1000; i++)
+		ck_assert_uint_eq(dst[i], 0);
+	ck_assert_uint_eq(dst[5096], 0);
+
+	/* Cached mapping, new bytes; the tail end of the destination exactly. */
+	push(be, 1, 8192, 4096, 6);
+	d.offset = 65536 - 4096;
+	ck_assert_int_eq(placefs_backend_copy_out(be, 8192, 4096, &d, &err), 0);
+	expect_pat(dst + 65536 - 4096, 4096, 6);
+
+	/* The same name for a new object: the copy lands in the new one. */
+	munmap(dst, 65536);
+	dst2 = shm_make(name, 32768);
+	d.offset = 0;
+	d.size = 32768;
+	ck_assert_msg(placefs_backend_copy_out(be, 8192, 4096, &d, &err) == 0, "%s", err.msg);
+	expect_pat(dst2, 4096, 6);
+
+	/* Bounds and errors. */
+	d.offset = 32768 - 4095;
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 8192, 4096, &d, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "destination too small"));
+	d.offset = UINT64_MAX;
+	ck_assert_int_eq(placefs_backend_copy_out(be, 8192, 4096, &d, NULL), -EINVAL);
+	d.offset = 0;
+	d.size = 32769; /* larger than the object */
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 8192, 4096, &d, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "fewer than dest_size"));
+	d.size = 32768;
+	ck_assert_int_eq(placefs_backend_copy_out(be, (1 << 20) - 10, 4096, &d, NULL), -EINVAL);
+	d.check_uid = 1;
+	d.uid = getuid() + 1;
+	ck_assert_int_eq(placefs_backend_copy_out(be, 8192, 4096, &d, NULL), -EACCES);
+	d.uid = getuid();
+	ck_assert_int_eq(placefs_backend_copy_out(be, 8192, 16, &d, NULL), 0);
+	d.check_uid = 0;
+	/* Zero bytes: checked, nothing touched. */
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 0, &d, NULL), 0);
+
+	ck_assert_int_eq(shm_unlink(name), 0);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 8192, 16, &d, &err), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err.msg, name));
+
+	/* Malformed handles. */
+	d.handle_bytes = 3; /* not strlen + 1 */
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 16, &d, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_dest_shm(&d, "noslash", 0, 16, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_dest_shm(&d, "/a/b", 0, 16, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_dest_shm(&d, "/", 0, 16, NULL), -EINVAL);
+	memset(name, 'x', sizeof(name));
+	name[0] = '/';
+	name[sizeof(name) - 1] = '\0';
+	ck_assert_int_eq(placefs_dest_shm(&d, name, 0, 16, NULL), 0); /* 63 bytes: fine */
+	{
+		char big[PLACEFS_IOC_HANDLE_MAX + 8];
+
+		memset(big, 'y', sizeof(big));
+		big[0] = '/';
+		big[sizeof(big) - 1] = '\0';
+		ck_assert_int_eq(placefs_dest_shm(&d, big, 0, 16, NULL), -EINVAL);
+	}
+	memset(&d, 0, sizeof(d));
+	d.kind = 77;
+	d.size = 16;
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 16, &d, NULL), -EINVAL);
+
+	/* CUDA IPC destinations need the CUDA backend. */
+	{
+		uint8_t h[64] = {1, 2, 3};
+
+		ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, 63, 0, 16, NULL), -EINVAL);
+		ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, 64, 0, 16, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_backend_copy_out(be, 0, 16, &d, &err), -EOPNOTSUPP);
+		ck_assert_ptr_nonnull(strstr(err.msg, "host"));
+		d.handle_bytes = 60;
+		ck_assert_int_eq(placefs_backend_copy_out(be, 0, 16, &d, NULL), -EINVAL);
+	}
+
+	munmap(dst2, 32768);
+	placefs_backend_free(be);
+}
+END_TEST
+
+START_TEST(test_host_dest_cache_many)
+{
+	/* More distinct destinations than the cache holds: all still work. */
+	struct placefs_backend *be = mk("host", 1 << 16, 64 << 10);
+	struct placefs_dest d;
+	char name[64];
+	unsigned i;
+
+	push(be, 0, 0, 256, 9);
+	for (i = 0; i < 80; i++) {
+		uint8_t *p;
+
+		snprintf(name, sizeof(name), "/placefs-test-%ld-c%u", (long)getpid(), i);
+		p = shm_make(name, 4096);
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 100, 4096, NULL), 0);
+		ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
+		expect_pat(p + 100, 256, 9);
+		munmap(p, 4096);
+		shm_unlink(name);
+	}
+	placefs_backend_free(be);
+}
+END_TEST
+
+#ifdef HAVE_CUDA
+/* Runs the CUDA IPC destination test with a separate process as the client. */
+static const char *self_exe;
+
+static int ipc_child(int rfd, int wfd)
+{
+	struct placefs_backend_info info;
+	struct placefs_backend *be = NULL;
+	struct placefs_error err;
+	uint8_t *buf;
+	char go;
+	uint64_t i;
+
+	placefs_error_clear(&err);
+	if (placefs_backend_create("cuda:0", 1 << 20, 1 << 20, &be, &err) != 0) {
+		fprintf(stderr, "child: %s\n", err.msg);
+		return 2;
+	}
+	placefs_backend_get_info(be, &info);
+	if (info.handle_bytes != 64 || write(wfd, info.handle, 64) != 64)
+		return 3;
+	if (read(rfd, &go, 1) != 1)
+		return 4;
+	buf = malloc(1 << 16);
+	if (placefs_backend_read_ring(be, 4096, buf, 1 << 16, &err) != 0) {
+		fprintf(stderr, "child: %s\n", err.msg);
+		return 5;
+	}
+	for (i = 0; i < (1 << 16); i++)
+		if (buf[i] != pat(i, 4))
+			return 6;
+	free(buf);
+	placefs_backend_free(be);
+	return 0;
+}
+
+static void cuda_ipc_dest_test(void)
+{
+	int to_child[2], from_child[2], status;
+	struct placefs_backend *be;
+	struct placefs_dest d;
+	struct placefs_error err;
+	uint8_t h[64];
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(to_child), 0);
+	ck_assert_int_eq(pipe(from_child), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char a[16], b[16];
+
+		/* exec at once: CUDA must not be used in a forked child. */
+		snprintf(a, sizeof(a), "%d", to_child[0]);
+		snprintf(b, sizeof(b), "%d", from_child[1]);
+		execl(self_exe, self_exe, "--ipc-child", a, b, (char *)NULL);
+		_exit(127);
+	}
+	close(to_child[0]);
+	close(from_child[1]);
+	ck_assert_int_eq(read(from_child[0], h, 64), 64);
+	be = mk("cuda:0", 1 << 20, 1 << 20);
+	push(be, 0, 0, 1 << 16, 4);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, 64, 4096, 1 << 20, NULL), 0);
+	ck_assert_msg(placefs_backend_copy_out(be, 0, 1 << 16, &d, &err) == 0, "%s", err.msg);
+	/* Cached import: a second copy works too. */
+	ck_assert_msg(placefs_backend_copy_out(be, 0, 1 << 16, &d, &err) == 0, "%s", err.msg);
+	d.offset = (1 << 20) - 100;
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 1 << 16, &d, NULL), -EINVAL);
+	/* A garbage handle is refused cleanly. */
+	memset(h, 0x5a, sizeof(h));
+	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, 64, 0, 1 << 20, NULL), 0);
+	placefs_error_clear(&err);
+	ck_assert_int_lt(placefs_backend_copy_out(be, 0, 16, &d, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err.msg, "CUDA IPC"));
+	/* Close the import before the exporting child frees its ring. */
+	placefs_backend_free(be);
+	ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	close(to_child[1]);
+	close(from_child[0]);
+}
+#endif
+
+START_TEST(test_cuda)
+{
+	struct placefs_backend *be = (struct placefs_backend *)1;
+	struct placefs_error err;
+	int n;
+
+	placefs_error_clear(&err);
+	n = placefs_backend_cuda_devices(&err);
+#ifndef HAVE_CUDA
+	ck_assert_int_eq(n, -EOPNOTSUPP);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_create("cuda:0", 1 << 20, 0, &be, &err), -EOPNOTSUPP);
+	ck_assert_str_eq(err.msg, "cuda:0 requested but placefs was built without CUDA");
+	ck_assert_ptr_null(be);
+#else
+	if (n <= 0) {
+		/* No GPU here: a clean, specific refusal. */
+		if (n < 0) {
+			ck_assert_int_eq(n, -ENODEV);
+			ck_assert_ptr_nonnull(strstr(err.msg, "no CUDA device is available: "));
+		}
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_backend_create("cuda:0", 1 << 20, 0, &be, &err), -ENODEV);
+		ck_assert_ptr_null(be);
+		ck_assert_msg(strncmp(err.msg, "cuda:0 requested but no CUDA device is available: ",
+		                      50) == 0,
+		              "%s", err.msg);
+		ck_assert_uint_gt(strlen(err.msg), 51);
+		return;
+	}
+	/* A GPU: the CUDA backend end to end. */
+	{
+		struct placefs_backend_info info;
+		struct placefs_dest d;
+		char name[64], spec[32];
+		uint8_t *dst, *buf;
+
+		be = mk("cuda:0", 8 << 20, 1 << 20);
+		placefs_backend_get_info(be, &info);
+		ck_assert_int_eq(info.kind, PLACEFS_BACKEND_CUDA);
+		ck_assert_int_eq(info.device, 0);
+		ck_assert_uint_eq(info.ring_bytes, 8 << 20);
+		ck_assert_uint_eq(info.nchunks, 16);
+		ck_assert_uint_eq(info.handle_kind, PLACEFS_IOC_HANDLE_CUDA_IPC);
+		ck_assert_uint_eq(info.handle_bytes, 64);
+		ck_assert_ptr_nonnull(strstr(info.name, "cuda:0 ("));
+		push(be, 0, 0, 65536, 7);
+		push(be, 1, (8 << 20) - 65536, 65536, 8);
+		buf = malloc(65536);
+		ck_assert_int_eq(placefs_backend_read_ring(be, 0, buf, 65536, &err), 0);
+		expect_pat(buf, 65536, 7);
+		ck_assert_int_eq(placefs_backend_read_ring(be, (8 << 20) - 65536, buf, 65536, &err),
+		                 0);
+		expect_pat(buf, 65536, 8);
+		free(buf);
+		snprintf(name, sizeof(name), "/placefs-test-%ld-g", (long)getpid());
+		dst = shm_make(name, 1 << 17);
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 100, 1 << 17, NULL), 0);
+		ck_assert_msg(placefs_backend_copy_out(be, 0, 65536, &d, &err) == 0, "%s", err.msg);
+		expect_pat(dst + 100, 65536, 7);
+		munmap(dst, 1 << 17);
+		shm_unlink(name);
+		placefs_backend_free(be);
+
+		snprintf(spec, sizeof(spec), "cuda:%d", n);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_backend_create(spec, 1 << 20, 0, &be, &err), -ENODEV);
+		ck_assert_ptr_nonnull(strstr(err.msg, "this machine has"));
+		cuda_ipc_dest_test();
+	}
+#endif
+}
+END_TEST
+
+static Suite *backend_suite(void)
+{
+	Suite *s = suite_create("backend");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_parse_spec);
+	tcase_add_test(tc, test_create_none_and_bad);
+	tcase_add_test(tc, test_host_info_and_chunks);
+	tcase_add_test(tc, test_host_ring_export);
+	tcase_add_test(tc, test_host_dest_shm);
+	tcase_add_test(tc, test_host_dest_cache_many);
+	suite_add_tcase(s, tc);
+	/* Its own case, so CK_RUN_CASE=core runs the host backend alone (valgrind). */
+	tc = tcase_create("cuda");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_cuda);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	SRunner *sr;
+	int failed;
+
+#ifdef HAVE_CUDA
+	self_exe = "/proc/self/exe";
+	if (argc == 4 && strcmp(argv[1], "--ipc-child") == 0)
+		return ipc_child(atoi(argv[2]), atoi(argv[3]));
+#else
+	(void)argc;
+	(void)argv;
+#endif
+	sr = srunner_create(backend_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,1 +1,184 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+/*
+ * placefs/ioctl.h: the GPU staging protocol of a placefs mount.
+ *
+ * A program opens a tensor file of a placefs mount and issues one of the
+ * three commands below on that descriptor. The data travels through FUSE's
+ * restricted ioctl, so every struct has a fixed size (well under the 16383
+ * bytes that _IOC_SIZE can encode), fixed-width fields only, explicit padding
+ * and no pointers: the same bytes work from C, from C++ and from Python's
+ * fcntl.ioctl(fd, cmd, bytearray(size), True), for 32-bit and 64-bit callers.
+ *
+ * Every struct starts with `version` (PLACEFS_IOC_VERSION) and `size` (the
+ * caller's sizeof of the struct). A wrong version or size, a non-zero
+ * reserved field or an unknown mode or flag fails with EINVAL, so fields can
+ * be added later under a new version without misreading old callers.
+ *
+ * Magic 0xB9: unassigned in the kernel's
+ * Documentation/userspace-api/ioctl/ioctl-number.rst (0xB8 is mshv and the
+ * Marvell DPI driver, 0xBA is liveupdate). The commands only ever reach the
+ * placefs daemon because FUSE forwards ioctls on its own files; the magic,
+ * the size encoded in the command and the version field keep misdirected
+ * calls from being misread.
+ *
+ * Errors (errno after ioctl() returns -1):
+ *   EINVAL     bad version, size, mode, flags, reserved field, destination
+ *              (kind, handle, offset + nbytes > dest_size)
+ *   EFBIG      the tensor is larger than the staging ring (never staged)
+ *   ENODEV     staging is disabled on this mount (-o device=none)
+ *   EOPNOTSUPP the destination kind cannot be served by this backend
+ *              (a CUDA IPC destination on the host backend)
+ *   EACCES     the destination shared-memory object is not the caller's
+ *   ENOENT     release: no such lease on this file descriptor; copy: the
+ *              destination shared-memory object does not exist
+ *   ETIMEDOUT  stage: no ring space within timeout_ns
+ *   EINTR      stage: interrupted while waiting for ring space
+ *   EIO        the tensor could not be read completely, or a device copy
+ *              failed (the daemon logs the cause); the bytes are never
+ *              returned partially
+ *   ENOMEM     the daemon ran out of host memory
+ *   ENOTTY     not a placefs tensor file, or an unknown command
+ */
+#ifndef PLACEFS_IOCTL_H
+#define PLACEFS_IOCTL_H
+
+#include <stdint.h>
+#include <linux/ioctl.h>
+
+#define PLACEFS_IOC_MAGIC   0xB9
+#define PLACEFS_IOC_VERSION 1u
+
+/* Room for a destination or export handle: a CUDA IPC handle or a shm name. */
+#define PLACEFS_IOC_HANDLE_MAX 128
+/* Bytes of a cudaIpcMemHandle_t. */
+#define PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES 64
+
+/* ring_info.backend */
+enum placefs_ioc_backend {
+	PLACEFS_IOC_BACKEND_NONE = 0, /* staging disabled */
+	PLACEFS_IOC_BACKEND_HOST = 1, /* the ring is a POSIX shared-memory object */
+	PLACEFS_IOC_BACKEND_CUDA = 2, /* the ring is a cudaMalloc allocation */
+};
+
+/* Kinds of handle (ring_info.handle_kind, stage.dest_kind). */
+enum placefs_ioc_handle_kind {
+	PLACEFS_IOC_HANDLE_NONE = 0,
+	/* 64 bytes of a cudaIpcMemHandle_t (cudaIpcGetMemHandle of the base of an allocation). */
+	PLACEFS_IOC_HANDLE_CUDA_IPC = 1,
+	/*
+	 * A POSIX shared-memory name as for shm_open(): "/name", NUL-terminated
+	 * inside the handle field; handle_bytes is strlen(name) + 1.
+	 */
+	PLACEFS_IOC_HANDLE_HOST_SHM = 2,
+};
+
+/* stage.mode */
+enum placefs_ioc_stage_mode {
+	/* Stage into the ring and lend the span: ring_offset/nbytes valid until release or close. */
+	PLACEFS_IOC_STAGE_BORROW = 0,
+	/* Push the tensor through the ring into the caller's destination; no lease remains. */
+	PLACEFS_IOC_STAGE_COPY = 1,
+};
+
+/* stage.out_flags */
+#define PLACEFS_IOC_STAGED_PREFETCHED 0x1u /* the bytes were already in the ring */
+
+/*
+ * PLACEFS_IOC_RING_INFO: describes the mount's staging ring.
+ * In: version, size. Out: everything else (reserved stays zero).
+ */
+struct placefs_ioc_ring_info {
+	uint32_t version;           /* in: PLACEFS_IOC_VERSION */
+	uint32_t size;              /* in: sizeof(struct placefs_ioc_ring_info) */
+	uint32_t backend;           /* out: enum placefs_ioc_backend */
+	int32_t device;             /* out: CUDA device ordinal, -1 for host and none */
+	uint64_t ring_bytes;        /* out: size of the one ring allocation */
+	uint64_t host_buffer_bytes; /* out: pinned bounce memory the daemon uses */
+	uint64_t alignment;         /* out: every ring_offset is a multiple of this */
+	uint32_t handle_kind;       /* out: enum placefs_ioc_handle_kind of `handle` */
+	uint32_t handle_bytes;      /* out: used bytes of `handle` */
+	uint8_t handle
+	        [PLACEFS_IOC_HANDLE_MAX]; /* out: how to map the ring: IPC handle or shm name */
+	uint64_t reserved[10];            /* in: zero; out: zero */
+};
+
+/*
+ * PLACEFS_IOC_STAGE: stages the tensor of the file the ioctl is issued on.
+ * Borrow mode returns a lease on ring bytes [ring_offset, ring_offset +
+ * nbytes); copy mode writes the tensor to destination bytes [dest_offset,
+ * dest_offset + nbytes), which must lie within dest_size, and returns when
+ * the bytes are there.
+ */
+struct placefs_ioc_stage {
+	uint32_t version;           /* in: PLACEFS_IOC_VERSION */
+	uint32_t size;              /* in: sizeof(struct placefs_ioc_stage) */
+	uint32_t mode;              /* in: enum placefs_ioc_stage_mode */
+	uint32_t flags;             /* in: zero (none defined) */
+	uint32_t dest_kind;         /* in, copy mode: enum placefs_ioc_handle_kind */
+	uint32_t dest_handle_bytes; /* in, copy mode: used bytes of dest_handle */
+	uint64_t dest_offset;       /* in, copy mode: byte offset into the destination */
+	uint64_t dest_size;         /* in, copy mode: size of the destination allocation */
+	uint8_t dest_handle[PLACEFS_IOC_HANDLE_MAX]; /* in, copy mode */
+	uint64_t timeout_ns;   /* in: longest wait for ring space; 0 = no limit */
+	uint64_t nbytes;       /* out: tensor payload bytes */
+	uint64_t ring_offset;  /* out: borrow: where the bytes are; copy: where they were */
+	uint64_t lease;        /* out: borrow: lease id (non-zero); copy: 0 */
+	uint64_t wait_ns;      /* out: time spent waiting for ring space */
+	uint64_t read_ns;      /* out: time from storage into the ring */
+	uint64_t copy_ns;      /* out: time from the ring into the destination */
+	uint64_t total_ns;     /* out: time in the daemon */
+	uint32_t out_flags;    /* out: PLACEFS_IOC_STAGED_* */
+	uint32_t pad0;         /* in: zero */
+	uint64_t reserved[10]; /* in: zero; out: zero */
+};
+
+/* PLACEFS_IOC_RELEASE: ends a borrow lease taken on the same file descriptor. */
+struct placefs_ioc_release {
+	uint32_t version;     /* in: PLACEFS_IOC_VERSION */
+	uint32_t size;        /* in: sizeof(struct placefs_ioc_release) */
+	uint64_t lease;       /* in: the lease from PLACEFS_IOC_STAGE */
+	uint64_t reserved[6]; /* in: zero */
+};
+
+#define PLACEFS_IOC_RING_INFO _IOWR(PLACEFS_IOC_MAGIC, 0x01, struct placefs_ioc_ring_info)
+#define PLACEFS_IOC_STAGE     _IOWR(PLACEFS_IOC_MAGIC, 0x02, struct placefs_ioc_stage)
+#define PLACEFS_IOC_RELEASE   _IOW(PLACEFS_IOC_MAGIC, 0x03, struct placefs_ioc_release)
+
+/* The sizes, for bindings that build the buffers by hand (Python struct). */
+#define PLACEFS_IOC_RING_INFO_SIZE 256
+#define PLACEFS_IOC_STAGE_SIZE     320
+#define PLACEFS_IOC_RELEASE_SIZE   64
+
+#ifdef __cplusplus
+#define PLACEFS_IOC_ASSERT(c, m) static_assert(c, m)
+#else
+#define PLACEFS_IOC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+PLACEFS_IOC_ASSERT(sizeof(struct placefs_ioc_ring_info) == PLACEFS_IOC_RING_INFO_SIZE,
+                   "placefs_ioc_ring_info layout");
+PLACEFS_IOC_ASSERT(sizeof(struct placefs_ioc_stage) == PLACEFS_IOC_STAGE_SIZE,
+                   "placefs_ioc_stage layout");
+PLACEFS_IOC_ASSERT(sizeof(struct placefs_ioc_release) == PLACEFS_IOC_RELEASE_SIZE,
+                   "placefs_ioc_release layout");
+PLACEFS_IOC_ASSERT(PLACEFS_IOC_STAGE_SIZE <= 16383, "restricted FUSE ioctl size limit");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_ring_info, handle) == 48,
+                   "placefs_ioc_ring_info.handle offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, dest_handle) == 40,
+                   "placefs_ioc_stage.dest_handle offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, nbytes) == 176,
+                   "placefs_ioc_stage.nbytes offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, out_flags) == 232,
+                   "placefs_ioc_stage.out_flags offset");
+
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) ||        \
+        defined(__riscv)
+/* The generic encoding: these are the numbers to use from Python. */
+PLACEFS_IOC_ASSERT(PLACEFS_IOC_RING_INFO == 0xC100B901u, "PLACEFS_IOC_RING_INFO number");
+PLACEFS_IOC_ASSERT(PLACEFS_IOC_STAGE == 0xC140B902u, "PLACEFS_IOC_STAGE number");
+PLACEFS_IOC_ASSERT(PLACEFS_IOC_RELEASE == 0x4040B903u, "PLACEFS_IOC_RELEASE number");
+#endif
+
+#undef PLACEFS_IOC_ASSERT
+
+#endif

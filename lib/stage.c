@@ -1,0 +1,1105 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ring.h"
+#include "stage.h"
+
+/*
+ * Locking: one mutex (st->lock) guards the job queue, job progress, leases
+ * and prefetch state. Lock order is st->lock, then the ring's lock (the ring
+ * never calls back with its lock held). No file or device I/O happens under
+ * st->lock.
+ */
+
+#define LEASE_BUCKETS 256
+/* How far ahead of the prefetch cursor a foreground stage looks for its key. */
+#define PF_WINDOW 4096
+/* Back-stop period for the prefetch thread's waits. */
+#define PF_POLL_NS (200ULL * 1000 * 1000)
+
+struct job {
+	struct job *qnext;
+	int fd;
+	uint64_t file_off;
+	uint64_t nbytes;
+	uint64_t ring_off;
+	uint64_t npieces;
+	uint64_t next; /* next piece to hand out */
+	uint64_t done; /* pieces finished (read + copy waited for, or skipped) */
+	int prio;      /* 1: a foreground request; 0: prefetch */
+	int rc;        /* first error; read atomically to skip remaining pieces */
+	bool finished;
+	struct placefs_error err;
+	const char *name;
+	uint64_t t_start;
+	uint64_t t_end;
+	/* Called under st->lock when the job finishes; may free the job. */
+	void (*done_cb)(struct placefs_stager *st, struct job *j);
+};
+
+/* A pending copy in one of an I/O thread's chunks. */
+struct pend {
+	struct job *job;
+};
+
+struct io_thread {
+	struct placefs_stager *st;
+	pthread_t tid;
+	unsigned nslots;
+	unsigned *chunks; /* the backend chunks this thread owns */
+	struct pend *pend;
+	unsigned npending;
+	unsigned rr; /* next slot to fill */
+	bool started;
+};
+
+struct lease {
+	struct lease *next;
+	uint64_t id; /* the ring span id */
+	uint64_t ring_off;
+	uint64_t nbytes;
+	uint64_t owner;
+	unsigned refs; /* copies out of it in progress */
+	bool released; /* ended while a copy was running */
+};
+
+enum pf_state {
+	PF_INFLIGHT,
+	PF_DONE,
+};
+
+struct pf_entry {
+	struct pf_entry *next;
+	uint64_t key;
+	int fd;
+	uint64_t off;
+	uint64_t nbytes;
+	uint64_t span_id;
+	uint64_t ring_off;
+	enum pf_state state;
+	bool adopted; /* a foreground stage took it: never evicted */
+	bool evict;   /* give it back as soon as it finishes */
+	struct job job;
+	char name[48];
+};
+
+struct counters {
+	uint64_t staged[2];
+	uint64_t staged_bytes[2];
+	uint64_t copied_out;
+	uint64_t leases;
+	uint64_t released;
+	uint64_t errors;
+	uint64_t read_bytes;
+	uint64_t prefetch_issued;
+	uint64_t prefetch_hits;
+	uint64_t prefetch_evicted;
+	uint64_t prefetch_held;
+};
+
+struct placefs_stager {
+	struct placefs_backend *be;
+	struct placefs_backend_info info;
+	struct placefs_ring *ring;
+
+	bool sync_ok; /* lock and condition variables initialised */
+	pthread_mutex_t lock;
+	pthread_cond_t work_cond; /* I/O threads: work queued or stopping */
+	pthread_cond_t done_cond; /* a job finished */
+	pthread_cond_t pf_cond;   /* prefetch thread: something changed */
+
+	struct job *q_head;
+	struct job *q_tail;
+	bool stopping;
+
+	struct io_thread *threads;
+	unsigned nthreads;
+
+	struct lease *leases[LEASE_BUCKETS];
+
+	/* Prefetch. */
+	bool pf_enabled;
+	bool pf_started;
+	bool pf_stop;
+	pthread_t pf_tid;
+	struct placefs_prefetch_item *hints;
+	size_t nhints;
+	size_t cursor;
+	struct pf_entry *pf;
+	unsigned pf_held;
+	unsigned pf_flight;
+
+	struct counters c; /* atomic fields */
+};
+
+#define CNT_ADD(st, f, v) __atomic_fetch_add(&(st)->c.f, (v), __ATOMIC_RELAXED)
+#define CNT_SUB(st, f, v) __atomic_fetch_sub(&(st)->c.f, (v), __ATOMIC_RELAXED)
+#define CNT_GET(st, f)    __atomic_load_n(&(st)->c.f, __ATOMIC_RELAXED)
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
+{
+	uint64_t t = now_ns() + ns;
+	struct timespec ts = {
+	        .tv_sec = (time_t)(t / 1000000000ULL),
+	        .tv_nsec = (long)(t % 1000000000ULL),
+	};
+
+	pthread_cond_timedwait(c, m, &ts);
+}
+
+/* ---- jobs and I/O threads ------------------------------------------------ */
+
+static void job_init(struct job *j, int fd, uint64_t file_off, uint64_t nbytes, uint64_t ring_off,
+                     uint64_t chunk, int prio, const char *name)
+{
+	memset(j, 0, sizeof(*j));
+	j->fd = fd;
+	j->file_off = file_off;
+	j->nbytes = nbytes;
+	j->ring_off = ring_off;
+	j->npieces = nbytes / chunk + (nbytes % chunk != 0);
+	j->prio = prio;
+	j->name = name;
+}
+
+/* Queues a job, or finishes an empty one at once; lock held. */
+static void job_submit(struct placefs_stager *st, struct job *j)
+{
+	j->t_start = now_ns();
+	if (j->npieces == 0) {
+		j->finished = true;
+		j->t_end = j->t_start;
+		pthread_cond_broadcast(&st->done_cond);
+		if (j->done_cb)
+			j->done_cb(st, j);
+		return;
+	}
+	j->qnext = NULL;
+	if (st->q_tail)
+		st->q_tail->qnext = j;
+	else
+		st->q_head = j;
+	st->q_tail = j;
+	if (j->npieces > 1)
+		pthread_cond_broadcast(&st->work_cond);
+	else
+		pthread_cond_signal(&st->work_cond);
+}
+
+/* Foreground jobs first, each class in arrival order; lock held. */
+static struct job *job_pick(struct placefs_stager *st)
+{
+	struct job *j;
+
+	for (j = st->q_head; j; j = j->qnext)
+		if (j->prio)
+			return j;
+	return st->q_head;
+}
+
+static void job_dequeue(struct placefs_stager *st, struct job *j)
+{
+	struct job **pp, *prev = NULL;
+
+	for (pp = &st->q_head; *pp; prev = *pp, pp = &(*pp)->qnext) {
+		if (*pp == j) {
+			*pp = j->qnext;
+			if (st->q_tail == j)
+				st->q_tail = prev;
+			j->qnext = NULL;
+			return;
+		}
+	}
+}
+
+/* Accounts one finished piece; takes the lock. */
+static void piece_done(struct placefs_stager *st, struct job *j, int rc,
+                       const struct placefs_error *e)
+{
+	pthread_mutex_lock(&st->lock);
+	if (rc != 0 && j->rc == 0) {
+		if (e)
+			j->err = *e;
+		__atomic_store_n(&j->rc, rc, __ATOMIC_RELEASE);
+	}
+	if (++j->done == j->npieces) {
+		j->finished = true;
+		j->t_end = now_ns();
+		pthread_cond_broadcast(&st->done_cond);
+		if (j->done_cb)
+			j->done_cb(st, j); /* may free j */
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+static int read_full(int fd, uint8_t *buf, uint64_t n, uint64_t off, const char *name,
+                     struct placefs_error *err)
+{
+	uint64_t got = 0;
+
+	while (got < n) {
+		uint64_t want = n - got;
+		ssize_t r;
+
+		if (want > (1ULL << 30))
+			want = 1ULL << 30;
+		r = pread(fd, buf + got, (size_t)want, (off_t)(off + got));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return placefs_error_set(err, -EIO, PLACEFS_E_IO,
+			                         "tensor \"%s\": reading %llu bytes at offset %llu "
+			                         "failed: %s",
+			                         name, (unsigned long long)(n - got),
+			                         (unsigned long long)(off + got), strerror(errno));
+		}
+		if (r == 0)
+			return placefs_error_set(err, -EIO, PLACEFS_E_IO,
+			                         "tensor \"%s\": short read: the shard ends at "
+			                         "offset %llu, %llu bytes before the tensor's end",
+			                         name, (unsigned long long)(off + got),
+			                         (unsigned long long)(n - got));
+		got += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* Waits for the copy pending in slot s and finishes its piece. */
+static void slot_reap(struct io_thread *t, unsigned s)
+{
+	struct placefs_error e;
+	struct job *j = t->pend[s].job;
+	int rc;
+
+	placefs_error_clear(&e);
+	rc = placefs_backend_chunk_wait(t->st->be, t->chunks[s], &e);
+	if (rc != 0)
+		placefs_error_prefix(&e, "tensor \"%s\"", j->name);
+	t->pend[s].job = NULL;
+	t->npending--;
+	piece_done(t->st, j, rc, &e);
+}
+
+static void slots_reap_ready(struct io_thread *t, bool all)
+{
+	unsigned s;
+
+	for (s = 0; s < t->nslots; s++)
+		if (t->pend[s].job && (all || placefs_backend_chunk_poll(t->st->be, t->chunks[s])))
+			slot_reap(t, s);
+}
+
+/* Reads one piece into the next chunk and starts its copy; called unlocked. */
+static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
+{
+	struct placefs_stager *st = t->st;
+	struct placefs_error e;
+	uint64_t off = piece * st->info.chunk_bytes;
+	uint64_t n = j->nbytes - off;
+	unsigned s = t->rr;
+	uint8_t *buf;
+	int rc;
+
+	t->rr = (t->rr + 1) % t->nslots;
+	if (n > st->info.chunk_bytes)
+		n = st->info.chunk_bytes;
+	/* The chunk may still be copying an earlier piece: wait before reuse. */
+	if (t->pend[s].job)
+		slot_reap(t, s);
+	if (__atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) != 0) {
+		piece_done(st, j, 0, NULL); /* the tensor already failed: skip */
+		return;
+	}
+	placefs_error_clear(&e);
+	buf = placefs_backend_chunk(st->be, t->chunks[s]);
+	rc = read_full(j->fd, buf, n, j->file_off + off, j->name, &e);
+	if (rc == 0) {
+		CNT_ADD(st, read_bytes, n);
+		rc = placefs_backend_chunk_to_ring(st->be, t->chunks[s], j->ring_off + off, n, &e);
+		if (rc != 0)
+			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
+	}
+	if (rc != 0) {
+		piece_done(st, j, rc, &e);
+		return;
+	}
+	t->pend[s].job = j;
+	t->npending++;
+	slots_reap_ready(t, false);
+}
+
+static void *io_main(void *arg)
+{
+	struct io_thread *t = arg;
+	struct placefs_stager *st = t->st;
+
+	pthread_mutex_lock(&st->lock);
+	for (;;) {
+		struct job *j = job_pick(st);
+		uint64_t piece;
+
+		if (!j) {
+			if (t->npending) {
+				/* Idle: finish the copies still in flight first. */
+				pthread_mutex_unlock(&st->lock);
+				slots_reap_ready(t, true);
+				pthread_mutex_lock(&st->lock);
+				continue;
+			}
+			if (st->stopping)
+				break;
+			pthread_cond_wait(&st->work_cond, &st->lock);
+			continue;
+		}
+		piece = j->next++;
+		if (j->next == j->npieces)
+			job_dequeue(st, j);
+		pthread_mutex_unlock(&st->lock);
+		piece_run(t, j, piece);
+		pthread_mutex_lock(&st->lock);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+/* Runs a job to the end on the I/O threads; returns its first error. */
+static int job_run(struct placefs_stager *st, struct job *j)
+{
+	pthread_mutex_lock(&st->lock);
+	job_submit(st, j);
+	while (!j->finished)
+		pthread_cond_wait(&st->done_cond, &st->lock);
+	pthread_mutex_unlock(&st->lock);
+	return j->rc;
+}
+
+/* ---- leases ---------------------------------------------------------------- */
+
+static struct lease **lease_slot(struct placefs_stager *st, uint64_t id)
+{
+	return &st->leases[(id * 0x9E3779B97F4A7C15ULL) >> 56];
+}
+
+static struct lease *lease_find(struct placefs_stager *st, uint64_t id)
+{
+	struct lease *l;
+
+	for (l = *lease_slot(st, id); l; l = l->next)
+		if (l->id == id && !l->released)
+			return l;
+	return NULL;
+}
+
+/* Unlinks and frees l and gives its span back; lock held. */
+static void lease_drop(struct placefs_stager *st, struct lease *l)
+{
+	struct lease **pp;
+
+	for (pp = lease_slot(st, l->id); *pp; pp = &(*pp)->next) {
+		if (*pp == l) {
+			*pp = l->next;
+			break;
+		}
+	}
+	placefs_ring_release(st->ring, l->id);
+	free(l);
+	pthread_cond_signal(&st->pf_cond);
+}
+
+/* Ends a lease now, or when its last copy finishes; lock held. */
+static void lease_end(struct placefs_stager *st, struct lease *l)
+{
+	CNT_SUB(st, leases, 1);
+	CNT_ADD(st, released, 1);
+	if (l->refs > 0)
+		l->released = true;
+	else
+		lease_drop(st, l);
+}
+
+static int lease_add(struct placefs_stager *st, uint64_t id, uint64_t ring_off, uint64_t nbytes,
+                     uint64_t owner)
+{
+	struct lease *l = calloc(1, sizeof(*l));
+	struct lease **slot;
+
+	if (!l)
+		return -ENOMEM;
+	l->id = id;
+	l->ring_off = ring_off;
+	l->nbytes = nbytes;
+	l->owner = owner;
+	slot = lease_slot(st, id);
+	l->next = *slot;
+	*slot = l;
+	CNT_ADD(st, leases, 1);
+	return 0;
+}
+
+/* ---- prefetch ------------------------------------------------------------- */
+
+static void pf_unlink(struct placefs_stager *st, struct pf_entry *e)
+{
+	struct pf_entry **pp;
+
+	for (pp = &st->pf; *pp; pp = &(*pp)->next) {
+		if (*pp == e) {
+			*pp = e->next;
+			break;
+		}
+	}
+	st->pf_held--;
+	__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
+	pthread_cond_signal(&st->pf_cond);
+}
+
+/* Gives a finished, unadopted prefetch back to the ring; lock held. */
+static void pf_evict(struct placefs_stager *st, struct pf_entry *e)
+{
+	pf_unlink(st, e);
+	placefs_ring_release(st->ring, e->span_id);
+	if (e->job.rc == 0)
+		CNT_ADD(st, prefetch_evicted, 1);
+	free(e);
+}
+
+/* Ring pressure hook: a foreground request must wait, so prefetch yields. */
+static void pf_on_pressure(void *arg)
+{
+	struct placefs_stager *st = arg;
+	struct pf_entry *e, *next;
+
+	pthread_mutex_lock(&st->lock);
+	for (e = st->pf; e; e = next) {
+		next = e->next;
+		if (e->adopted)
+			continue;
+		if (e->state == PF_DONE)
+			pf_evict(st, e);
+		else
+			e->evict = true;
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* A prefetch job finished; lock held. */
+static void pf_job_done(struct placefs_stager *st, struct job *j)
+{
+	struct pf_entry *e = (struct pf_entry *)((char *)j - offsetof(struct pf_entry, job));
+
+	e->state = PF_DONE;
+	st->pf_flight--;
+	pthread_cond_signal(&st->pf_cond);
+	if (e->adopted)
+		return; /* the adopter takes it from here */
+	if (j->rc != 0 || e->evict || placefs_ring_waiting(st->ring) > 0)
+		pf_evict(st, e);
+}
+
+static struct pf_entry *pf_find(struct placefs_stager *st, uint64_t key)
+{
+	struct pf_entry *e;
+
+	for (e = st->pf; e; e = e->next)
+		if (e->key == key)
+			return e;
+	return NULL;
+}
+
+static void *pf_main(void *arg)
+{
+	static const struct timespec now_only = {0, 0};
+	struct placefs_stager *st = arg;
+	uint64_t cap = placefs_ring_capacity(st->ring);
+
+	pthread_mutex_lock(&st->lock);
+	while (!st->pf_stop) {
+		const struct placefs_prefetch_item *it;
+		struct pf_entry *e;
+		uint64_t off, id;
+		int rc;
+
+		if (st->cursor >= st->nhints || st->pf_held >= PLACEFS_STAGE_PREFETCH_MAX ||
+		    st->pf_flight >= 2 * st->nthreads || placefs_ring_waiting(st->ring) > 0) {
+			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
+			continue;
+		}
+		it = &st->hints[st->cursor];
+		if (it->nbytes > cap || pf_find(st, it->key)) {
+			st->cursor++;
+			continue;
+		}
+		/* Only free space, and only when no foreground request waits. */
+		rc = placefs_ring_alloc(st->ring, it->nbytes, &now_only, NULL, &off, &id);
+		if (rc != 0) {
+			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
+			continue;
+		}
+		e = calloc(1, sizeof(*e));
+		if (!e) {
+			placefs_ring_release(st->ring, id);
+			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
+			continue;
+		}
+		e->key = it->key;
+		e->fd = it->fd;
+		e->off = it->offset;
+		e->nbytes = it->nbytes;
+		e->span_id = id;
+		e->ring_off = off;
+		e->state = PF_INFLIGHT;
+		snprintf(e->name, sizeof(e->name), "prefetch key %llu",
+		         (unsigned long long)it->key);
+		job_init(&e->job, it->fd, it->offset, it->nbytes, off, st->info.chunk_bytes, 0,
+		         e->name);
+		e->job.done_cb = pf_job_done;
+		e->next = st->pf;
+		st->pf = e;
+		st->pf_held++;
+		st->pf_flight++;
+		st->cursor++;
+		__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
+		CNT_ADD(st, prefetch_issued, 1);
+		job_submit(st, &e->job); /* may finish (and evict) at once when empty */
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+/*
+ * Takes over a prefetched copy of (key, fd, off, n) if there is one: 1 with
+ * *span filled, 0 when there is none (or it failed). Lock held.
+ */
+static int pf_adopt(struct placefs_stager *st, uint64_t key, int fd, uint64_t off, uint64_t n,
+                    uint64_t *span_id, uint64_t *ring_off, uint64_t *read_ns)
+{
+	struct pf_entry *e = pf_find(st, key);
+	uint64_t t0 = now_ns();
+	int rc;
+
+	/* Another caller may be adopting it right now: then stage afresh. */
+	if (!e || e->adopted || e->fd != fd || e->off != off || e->nbytes != n)
+		return 0;
+	e->adopted = true;
+	e->evict = false;
+	if (e->state == PF_INFLIGHT) {
+		/* Its remaining pieces now go ahead of other prefetches. */
+		e->job.prio = 1;
+		while (e->state == PF_INFLIGHT)
+			pthread_cond_wait(&st->done_cond, &st->lock);
+	}
+	rc = e->job.rc;
+	*span_id = e->span_id;
+	*ring_off = e->ring_off;
+	*read_ns = now_ns() - t0;
+	pf_unlink(st, e);
+	free(e);
+	if (rc != 0) {
+		placefs_ring_release(st->ring, *span_id);
+		return 0; /* stage it again in the foreground, with its own error */
+	}
+	return 1;
+}
+
+/* The loader asked for `key`: prefetch continues after it. Lock held. */
+static void pf_advance(struct placefs_stager *st, uint64_t key)
+{
+	size_t i, end = st->cursor + PF_WINDOW;
+
+	if (end > st->nhints)
+		end = st->nhints;
+	for (i = st->cursor; i < end; i++) {
+		if (st->hints[i].key == key) {
+			st->cursor = i + 1;
+			pthread_cond_signal(&st->pf_cond);
+			return;
+		}
+	}
+}
+
+int placefs_stager_prefetch(struct placefs_stager *st, const struct placefs_prefetch_item *items,
+                            size_t n, struct placefs_error *err)
+{
+	struct placefs_prefetch_item *copy = NULL;
+	size_t i;
+
+	if (!st->pf_enabled)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (items[i].key == 0)
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                         "prefetch hint %zu has key 0", i);
+	if (n > 0) {
+		if (n > SIZE_MAX / sizeof(*copy))
+			return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+		copy = malloc(n * sizeof(*copy));
+		if (!copy)
+			return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+		memcpy(copy, items, n * sizeof(*copy));
+	}
+	pthread_mutex_lock(&st->lock);
+	free(st->hints);
+	st->hints = copy;
+	st->nhints = n;
+	st->cursor = 0;
+	pthread_cond_signal(&st->pf_cond);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+/* ---- create / free -------------------------------------------------------- */
+
+/* The mutex and condition variables (CLOCK_MONOTONIC for timed waits). */
+static int sync_init(struct placefs_stager *st)
+{
+	pthread_condattr_t ca;
+	int n = 0;
+
+	if (pthread_mutex_init(&st->lock, NULL) != 0)
+		return -ENOMEM;
+	if (pthread_condattr_init(&ca) != 0)
+		goto fail;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (pthread_cond_init(&st->work_cond, &ca) == 0)
+		n++;
+	if (n == 1 && pthread_cond_init(&st->done_cond, &ca) == 0)
+		n++;
+	if (n == 2 && pthread_cond_init(&st->pf_cond, &ca) == 0)
+		n++;
+	pthread_condattr_destroy(&ca);
+	if (n == 3)
+		return 0;
+	if (n >= 2)
+		pthread_cond_destroy(&st->done_cond);
+	if (n >= 1)
+		pthread_cond_destroy(&st->work_cond);
+fail:
+	pthread_mutex_destroy(&st->lock);
+	return -ENOMEM;
+}
+
+static void threads_stop(struct placefs_stager *st)
+{
+	unsigned i;
+
+	if (st->pf_started) {
+		pthread_mutex_lock(&st->lock);
+		st->pf_stop = true;
+		pthread_cond_broadcast(&st->pf_cond);
+		pthread_mutex_unlock(&st->lock);
+		pthread_join(st->pf_tid, NULL);
+		st->pf_started = false;
+	}
+	/*
+	 * The I/O threads drain the queue (prefetch jobs still in flight
+	 * included) and wait for their pending copies, then exit: no copy is in
+	 * flight when the backend is freed.
+	 */
+	pthread_mutex_lock(&st->lock);
+	st->stopping = true;
+	pthread_cond_broadcast(&st->work_cond);
+	pthread_mutex_unlock(&st->lock);
+	for (i = 0; i < st->nthreads; i++) {
+		if (st->threads[i].started)
+			pthread_join(st->threads[i].tid, NULL);
+		st->threads[i].started = false;
+	}
+}
+
+/* Frees a stager in any state create() can leave it in. */
+static void stager_destroy(struct placefs_stager *st)
+{
+	struct pf_entry *e, *en;
+	unsigned i;
+
+	if (st->sync_ok)
+		threads_stop(st);
+	for (e = st->pf; e; e = en) {
+		en = e->next;
+		free(e);
+	}
+	for (i = 0; i < LEASE_BUCKETS; i++) {
+		struct lease *l, *ln;
+
+		for (l = st->leases[i]; l; l = ln) {
+			ln = l->next;
+			free(l);
+		}
+	}
+	for (i = 0; i < st->nthreads; i++) {
+		free(st->threads[i].chunks);
+		free(st->threads[i].pend);
+	}
+	free(st->threads);
+	free(st->hints);
+	if (st->sync_ok) {
+		pthread_cond_destroy(&st->pf_cond);
+		pthread_cond_destroy(&st->done_cond);
+		pthread_cond_destroy(&st->work_cond);
+		pthread_mutex_destroy(&st->lock);
+	}
+	placefs_ring_free(st->ring);
+	placefs_backend_free(st->be);
+	free(st);
+}
+
+int placefs_stager_create(const struct placefs_stager_config *cfg, struct placefs_stager **out,
+                          struct placefs_error *err)
+{
+	struct placefs_stager *st;
+	unsigned want, i;
+	int rc;
+
+	*out = NULL;
+	want = cfg->io_threads ? cfg->io_threads : PLACEFS_STAGE_IO_THREADS_DEFAULT;
+	if (want > PLACEFS_STAGE_IO_THREADS_MAX)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "staging: %u I/O threads requested, at most %d", want,
+		                         PLACEFS_STAGE_IO_THREADS_MAX);
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "staging: out of memory");
+	rc = placefs_backend_create(cfg->device, cfg->ring_bytes, cfg->host_buffer, &st->be, err);
+	if (rc != 0 || !st->be) {
+		free(st);
+		return rc; /* "none" ends here with *out = NULL */
+	}
+	placefs_backend_get_info(st->be, &st->info);
+	rc = placefs_ring_create(cfg->ring_bytes,
+	                         cfg->align ? cfg->align : PLACEFS_STAGE_ALIGN_DEFAULT, &st->ring,
+	                         err);
+	if (rc != 0)
+		goto fail;
+	if (sync_init(st) != 0)
+		goto fail_nomem;
+	st->sync_ok = true;
+
+	/* One thread per chunk at most; the chunks are dealt round-robin. */
+	st->threads =
+	        calloc(want < st->info.nchunks ? want : st->info.nchunks, sizeof(*st->threads));
+	if (!st->threads)
+		goto fail_nomem;
+	st->nthreads = want < st->info.nchunks ? want : st->info.nchunks;
+	for (i = 0; i < st->nthreads; i++) {
+		struct io_thread *t = &st->threads[i];
+		unsigned c;
+
+		t->st = st;
+		t->nslots = (st->info.nchunks - i + st->nthreads - 1) / st->nthreads;
+		t->chunks = calloc(t->nslots, sizeof(*t->chunks));
+		t->pend = calloc(t->nslots, sizeof(*t->pend));
+		if (!t->chunks || !t->pend)
+			goto fail_nomem;
+		for (c = 0; c < t->nslots; c++)
+			t->chunks[c] = i + c * st->nthreads;
+	}
+	for (i = 0; i < st->nthreads; i++) {
+		rc = -pthread_create(&st->threads[i].tid, NULL, io_main, &st->threads[i]);
+		if (rc != 0)
+			goto fail_start;
+		st->threads[i].started = true;
+	}
+	placefs_ring_set_pressure_hook(st->ring, pf_on_pressure, st);
+	st->pf_enabled = cfg->prefetch != 0;
+	if (st->pf_enabled) {
+		rc = -pthread_create(&st->pf_tid, NULL, pf_main, st);
+		if (rc != 0)
+			goto fail_start;
+		st->pf_started = true;
+	}
+	*out = st;
+	return 0;
+
+fail_start:
+	placefs_error_set(err, rc, PLACEFS_E_IO, "staging: cannot start a thread: %s",
+	                  strerror(-rc));
+	goto fail;
+fail_nomem:
+	rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "staging: out of memory");
+fail:
+	stager_destroy(st);
+	return rc;
+}
+
+void placefs_stager_free(struct placefs_stager *st)
+{
+	if (st)
+		stager_destroy(st);
+}
+
+const struct placefs_backend *placefs_stager_backend(const struct placefs_stager *st)
+{
+	return st->be;
+}
+
+/* ---- staging -------------------------------------------------------------- */
+
+static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
+                     const struct placefs_stage_opts *opts, struct placefs_stage_span *out,
+                     struct placefs_error *err)
+{
+	const char *name = opts && opts->name ? opts->name : "(unnamed)";
+	uint64_t key = opts ? opts->key : 0;
+	uint64_t owner = opts ? opts->owner : 0;
+	uint64_t cap = placefs_ring_capacity(st->ring);
+	uint64_t t0 = now_ns(), t1, span_id = 0, ring_off = 0, read_ns = 0;
+	struct job job;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (nbytes > cap)
+		return placefs_error_set(err, -EFBIG, PLACEFS_E_LIMIT,
+		                         "tensor \"%s\": %llu bytes do not fit the %llu-byte "
+		                         "staging ring",
+		                         name, (unsigned long long)nbytes, (unsigned long long)cap);
+	if (fd < 0 || file_offset > (uint64_t)INT64_MAX ||
+	    nbytes > (uint64_t)INT64_MAX - file_offset)
+		return placefs_error_set(
+		        err, -EINVAL, PLACEFS_E_USAGE, "tensor \"%s\": bad file or range %llu+%llu",
+		        name, (unsigned long long)file_offset, (unsigned long long)nbytes);
+
+	pthread_mutex_lock(&st->lock);
+	if (key && pf_adopt(st, key, fd, file_offset, nbytes, &span_id, &ring_off, &read_ns)) {
+		rc = lease_add(st, span_id, ring_off, nbytes, owner);
+		if (rc != 0)
+			placefs_ring_release(st->ring, span_id);
+		pthread_mutex_unlock(&st->lock);
+		if (rc != 0)
+			return placefs_error_set(err, rc, PLACEFS_E_NOMEM, "out of memory");
+		CNT_ADD(st, prefetch_hits, 1);
+		out->lease = span_id;
+		out->ring_offset = ring_off;
+		out->nbytes = nbytes;
+		out->read_ns = read_ns;
+		out->prefetched = 1;
+		out->total_ns = now_ns() - t0;
+		return 0;
+	}
+	if (key)
+		pf_advance(st, key);
+	pthread_mutex_unlock(&st->lock);
+
+	rc = placefs_ring_alloc(st->ring, nbytes, opts ? opts->deadline : NULL,
+	                        opts ? opts->cancel : NULL, &ring_off, &span_id);
+	t1 = now_ns();
+	out->wait_ns = t1 - t0;
+	switch (rc) {
+	case 0: break;
+	case -ETIMEDOUT:
+		return placefs_error_set(err, rc, PLACEFS_E_LIMIT,
+		                         "tensor \"%s\": no staging ring space within the deadline "
+		                         "(%llu bytes wanted)",
+		                         name, (unsigned long long)nbytes);
+	case -EINTR:
+		return placefs_error_set(err, rc, PLACEFS_E_USAGE,
+		                         "tensor \"%s\": interrupted while waiting for ring space",
+		                         name);
+	default:
+		return placefs_error_set(err, rc, PLACEFS_E_NOMEM,
+		                         "tensor \"%s\": cannot allocate ring space: %s", name,
+		                         strerror(-rc));
+	}
+
+	job_init(&job, fd, file_offset, nbytes, ring_off, st->info.chunk_bytes, 1, name);
+	rc = job_run(st, &job);
+	if (rc != 0) {
+		placefs_ring_release(st->ring, span_id);
+		if (err && err->code == 0)
+			*err = job.err;
+		return rc;
+	}
+	pthread_mutex_lock(&st->lock);
+	rc = lease_add(st, span_id, ring_off, nbytes, owner);
+	if (rc != 0)
+		placefs_ring_release(st->ring, span_id);
+	pthread_mutex_unlock(&st->lock);
+	if (rc != 0)
+		return placefs_error_set(err, rc, PLACEFS_E_NOMEM, "out of memory");
+	out->lease = span_id;
+	out->ring_offset = ring_off;
+	out->nbytes = nbytes;
+	out->read_ns = now_ns() - t1;
+	out->total_ns = now_ns() - t0;
+	return 0;
+}
+
+int placefs_stager_stage(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
+                         const struct placefs_stage_opts *opts, struct placefs_stage_span *out,
+                         struct placefs_error *err)
+{
+	int rc = stage_one(st, fd, file_offset, nbytes, opts, out, err);
+
+	if (rc != 0) {
+		CNT_ADD(st, errors, 1);
+		return rc;
+	}
+	CNT_ADD(st, staged[PLACEFS_IOC_STAGE_BORROW], 1);
+	CNT_ADD(st, staged_bytes[PLACEFS_IOC_STAGE_BORROW], nbytes);
+	return 0;
+}
+
+/* Copies lease `id` out, keeping it alive meanwhile; counts nothing. */
+static int copy_lease(struct placefs_stager *st, uint64_t id, const struct placefs_dest *dest,
+                      struct placefs_error *err)
+{
+	struct lease *l;
+	int rc;
+
+	pthread_mutex_lock(&st->lock);
+	l = lease_find(st, id);
+	if (l)
+		l->refs++;
+	pthread_mutex_unlock(&st->lock);
+	if (!l)
+		return placefs_error_set(err, -ENOENT, PLACEFS_E_USAGE, "no lease %llu",
+		                         (unsigned long long)id);
+	rc = placefs_backend_copy_out(st->be, l->ring_off, l->nbytes, dest, err);
+	pthread_mutex_lock(&st->lock);
+	if (--l->refs == 0 && l->released)
+		lease_drop(st, l);
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+int placefs_stager_copy_out(struct placefs_stager *st, uint64_t lease,
+                            const struct placefs_dest *dest, struct placefs_error *err)
+{
+	int rc = copy_lease(st, lease, dest, err);
+
+	if (rc != 0)
+		CNT_ADD(st, errors, 1);
+	else
+		CNT_ADD(st, copied_out, 1);
+	return rc;
+}
+
+int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_offset,
+                              uint64_t nbytes, const struct placefs_stage_opts *opts,
+                              const struct placefs_dest *dest, struct placefs_stage_span *out,
+                              struct placefs_error *err)
+{
+	const char *name = opts && opts->name ? opts->name : "(unnamed)";
+	struct placefs_stage_opts o = {0};
+	uint64_t t0 = now_ns(), t1;
+	int rc;
+
+	/* Refuse a destination that cannot take the tensor before any I/O. */
+	if (dest->offset > dest->size || nbytes > dest->size - dest->offset) {
+		CNT_ADD(st, errors, 1);
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "tensor \"%s\": destination too small: offset %llu + "
+		                         "%llu bytes > size %llu",
+		                         name, (unsigned long long)dest->offset,
+		                         (unsigned long long)nbytes,
+		                         (unsigned long long)dest->size);
+	}
+	if (opts)
+		o = *opts;
+	o.owner = 0; /* the lease never leaves this call */
+	rc = stage_one(st, fd, file_offset, nbytes, &o, out, err);
+	if (rc != 0) {
+		CNT_ADD(st, errors, 1);
+		return rc;
+	}
+	t1 = now_ns();
+	rc = copy_lease(st, out->lease, dest, err);
+	out->copy_ns = now_ns() - t1;
+	placefs_stager_release(st, out->lease, 0);
+	out->lease = 0;
+	out->total_ns = now_ns() - t0;
+	if (rc != 0) {
+		placefs_error_prefix(err, "tensor \"%s\"", name);
+		CNT_ADD(st, errors, 1);
+		return rc;
+	}
+	CNT_ADD(st, staged[PLACEFS_IOC_STAGE_COPY], 1);
+	CNT_ADD(st, staged_bytes[PLACEFS_IOC_STAGE_COPY], nbytes);
+	return 0;
+}
+
+int placefs_stager_release(struct placefs_stager *st, uint64_t lease, uint64_t owner)
+{
+	struct lease *l;
+
+	pthread_mutex_lock(&st->lock);
+	l = lease_find(st, lease);
+	if (!l || (owner != 0 && l->owner != owner)) {
+		pthread_mutex_unlock(&st->lock);
+		return -ENOENT;
+	}
+	lease_end(st, l);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+void placefs_stager_wake(struct placefs_stager *st)
+{
+	placefs_ring_wake(st->ring);
+}
+
+size_t placefs_stager_release_owner(struct placefs_stager *st, uint64_t owner)
+{
+	size_t n = 0;
+	unsigned i;
+
+	pthread_mutex_lock(&st->lock);
+	for (i = 0; i < LEASE_BUCKETS; i++) {
+		struct lease *l, *next;
+
+		for (l = st->leases[i]; l; l = next) {
+			next = l->next;
+			if (!l->released && l->owner == owner) {
+				lease_end(st, l);
+				n++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager_stats *out)
+{
+	struct placefs_ring_stats rs;
+	int m;
+
+	placefs_ring_stats(st->ring, &rs);
+	memset(out, 0, sizeof(*out));
+	out->ring_capacity = rs.capacity;
+	out->ring_used = rs.used;
+	out->ring_high_water = rs.high_water;
+	out->ring_waits = rs.waits;
+	out->ring_wait_ns = rs.wait_ns;
+	out->host_buffer_bytes = st->info.host_buffer_bytes;
+	out->chunk_bytes = st->info.chunk_bytes;
+	out->io_threads = st->nthreads;
+	for (m = 0; m < 2; m++) {
+		out->staged[m] = CNT_GET(st, staged[m]);
+		out->staged_bytes[m] = CNT_GET(st, staged_bytes[m]);
+	}
+	out->copied_out = CNT_GET(st, copied_out);
+	out->leases = CNT_GET(st, leases);
+	out->released = CNT_GET(st, released);
+	out->errors = CNT_GET(st, errors);
+	out->read_bytes = CNT_GET(st, read_bytes);
+	out->prefetch_issued = CNT_GET(st, prefetch_issued);
+	out->prefetch_hits = CNT_GET(st, prefetch_hits);
+	out->prefetch_evicted = CNT_GET(st, prefetch_evicted);
+	out->prefetch_held = CNT_GET(st, prefetch_held);
+}

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stage: moves tensors from shard files into the staging ring.
+ *
+ * A stager owns the backend (lib/backend.h), the ring allocator over the
+ * backend's ring (lib/ring.h), a pool of I/O threads and an optional
+ * prefetch thread. It is created once at mount.
+ *
+ * Staging a tensor: the caller's thread waits for a ring span of the
+ * tensor's size (backpressure; -EFBIG when it can never fit), then the I/O
+ * threads read the tensor with pread() in chunk-sized pieces into their own
+ * pinned bounce chunks and start a copy of each chunk into the span as soon
+ * as it is filled, while they read the next piece into their other chunk.
+ * The call returns when every byte is in the ring. A short read fails the
+ * whole tensor with -EIO: wrong bytes are never handed out.
+ *
+ * The result is a lease: the span stays untouched until
+ * placefs_stager_release() (or placefs_stager_release_owner()). Copy mode is
+ * stage + copy_out + release in one call.
+ *
+ * Prefetch: placefs_stager_prefetch() gives the tensors the loader will ask
+ * for next, in order. The prefetch thread stages them into free ring space
+ * with low priority and only when no foreground request is waiting; a later
+ * stage of the same key adopts the prefetched span. When a foreground
+ * request has to wait for space, unadopted prefetched spans are given back
+ * at once, so prefetch never blocks a foreground stage.
+ *
+ * Memory: device memory for tensor data is the ring alone; pinned memory is
+ * the backend's bounce chunks alone (<= host_buffer). Neither grows.
+ *
+ * Threads: every function except create/free may be called concurrently
+ * from any number of threads. The file descriptors passed in must stay open
+ * until the call returns (for prefetch: until the stager is freed or the
+ * hint list replaced and the entry consumed or evicted).
+ */
+#ifndef PLACEFS_STAGE_H
+#define PLACEFS_STAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "backend.h"
+#include "error.h"
+
+#define PLACEFS_STAGE_IO_THREADS_DEFAULT 8
+#define PLACEFS_STAGE_IO_THREADS_MAX     64
+/* Ring spans start at multiples of this (cudaMalloc's own alignment). */
+#define PLACEFS_STAGE_ALIGN_DEFAULT 256
+/* At most this many prefetched tensors are held at once. */
+#define PLACEFS_STAGE_PREFETCH_MAX 256
+
+struct placefs_stager;
+
+struct placefs_stager_config {
+	const char *device;   /* backend spec: "cuda:N", "host" or "none" */
+	uint64_t ring_bytes;  /* > 0: the staging limit, or placefs_plan_ring_bytes() */
+	uint64_t host_buffer; /* 0 = PLACEFS_HOST_BUFFER_DEFAULT */
+	unsigned io_threads;  /* 0 = default; capped by the number of bounce chunks */
+	uint64_t align;       /* 0 = PLACEFS_STAGE_ALIGN_DEFAULT */
+	int prefetch;         /* start the prefetch thread */
+};
+
+/* Per-request options; a NULL pointer means all defaults. */
+struct placefs_stage_opts {
+	uint64_t key;                    /* non-zero: matches a prefetch hint */
+	uint64_t owner;                  /* tag for placefs_stager_release_owner() */
+	const struct timespec *deadline; /* CLOCK_MONOTONIC; NULL = wait as long as needed */
+	const int *cancel;               /* polled while waiting for ring space */
+	const char *name;                /* tensor name for error messages */
+};
+
+/* One staged tensor. */
+struct placefs_stage_span {
+	uint64_t lease;       /* non-zero; 0 after copy mode (nothing is held) */
+	uint64_t ring_offset; /* multiple of the alignment */
+	uint64_t nbytes;
+	uint64_t wait_ns; /* waiting for ring space */
+	uint64_t read_ns; /* storage -> ring, after the span was granted */
+	uint64_t copy_ns; /* ring -> destination (copy mode) */
+	uint64_t total_ns;
+	int prefetched; /* the bytes were staged ahead by prefetch */
+};
+
+struct placefs_prefetch_item {
+	int fd;
+	uint64_t offset;
+	uint64_t nbytes;
+	uint64_t key; /* non-zero, unique within the list */
+};
+
+struct placefs_stager_stats {
+	uint64_t ring_capacity;
+	uint64_t ring_used;
+	uint64_t ring_high_water;
+	uint64_t ring_waits;
+	uint64_t ring_wait_ns;
+	uint64_t host_buffer_bytes;
+	uint64_t chunk_bytes;
+	uint64_t io_threads;
+	uint64_t staged[2]; /* tensors, by mode: [PLACEFS_IOC_STAGE_BORROW], [..._COPY] */
+	uint64_t staged_bytes[2];
+	uint64_t copied_out; /* placefs_stager_copy_out() calls that succeeded */
+	uint64_t leases;     /* leases held now */
+	uint64_t released;
+	uint64_t errors;     /* failed stage/copy calls (EFBIG, EIO, timeouts...) */
+	uint64_t read_bytes; /* bytes read from storage (incl. prefetch) */
+	uint64_t prefetch_issued;
+	uint64_t prefetch_hits; /* stages that found their bytes prefetched */
+	uint64_t prefetch_evicted;
+	uint64_t prefetch_held; /* prefetched tensors held now */
+};
+
+/*
+ * Creates the backend, the ring and the threads. With device "none" it
+ * succeeds with *out = NULL (staging disabled). Errors are those of
+ * placefs_backend_create() plus -EINVAL for bad config values.
+ */
+int placefs_stager_create(const struct placefs_stager_config *cfg, struct placefs_stager **out,
+                          struct placefs_error *err);
+
+/*
+ * Stops the prefetch thread, lets the I/O threads finish what is queued
+ * (in-flight copies complete before their chunks and spans are freed),
+ * joins them and frees the backend. No other call may be running or start.
+ * Outstanding leases are dropped. NULL is accepted.
+ */
+void placefs_stager_free(struct placefs_stager *st);
+
+const struct placefs_backend *placefs_stager_backend(const struct placefs_stager *st);
+
+/*
+ * Stages nbytes at file_offset of fd into the ring (borrow mode) and fills
+ * *out with a lease. Errors: -EFBIG (nbytes > ring), -ETIMEDOUT/-EINTR
+ * (deadline/cancel while waiting for space), -EIO (short read, read error,
+ * device copy failure), -ENOMEM. Nothing is held on failure.
+ */
+int placefs_stager_stage(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
+                         const struct placefs_stage_opts *opts, struct placefs_stage_span *out,
+                         struct placefs_error *err);
+
+/*
+ * Copies a leased tensor to dest (see placefs_backend_copy_out()); the lease
+ * stays. -ENOENT for an unknown lease.
+ */
+int placefs_stager_copy_out(struct placefs_stager *st, uint64_t lease,
+                            const struct placefs_dest *dest, struct placefs_error *err);
+
+/*
+ * Copy mode: checks dest bounds first (-EINVAL before any I/O), stages,
+ * copies out, releases. out->lease is 0 on return.
+ */
+int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_offset,
+                              uint64_t nbytes, const struct placefs_stage_opts *opts,
+                              const struct placefs_dest *dest, struct placefs_stage_span *out,
+                              struct placefs_error *err);
+
+/*
+ * Ends a lease; its ring space is reused once older spans are gone too.
+ * A lease being copied out is ended when the copy finishes. -ENOENT when
+ * unknown. With owner != 0 the lease must belong to that owner (-ENOENT
+ * otherwise), so one client cannot end another's lease.
+ */
+int placefs_stager_release(struct placefs_stager *st, uint64_t lease, uint64_t owner);
+
+/*
+ * Wakes every request waiting for ring space so it re-reads its cancel flag
+ * (call it after setting one, e.g. from a FUSE interrupt callback).
+ */
+void placefs_stager_wake(struct placefs_stager *st);
+
+/* Ends every lease of `owner` (a closing file handle); returns how many. */
+size_t placefs_stager_release_owner(struct placefs_stager *st, uint64_t owner);
+
+/*
+ * Replaces the prefetch hint list with a copy of items[0..n) (checkpoint
+ * order). Items larger than the ring are skipped. n == 0 clears the list.
+ * Already prefetched tensors stay until adopted or evicted. -EINVAL for a
+ * zero key, -ENOMEM; without a prefetch thread it does nothing and returns 0.
+ */
+int placefs_stager_prefetch(struct placefs_stager *st, const struct placefs_prefetch_item *items,
+                            size_t n, struct placefs_error *err);
+
+/* Counters, read without locks (each field is atomic on its own). */
+void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager_stats *out);
+
+#endif

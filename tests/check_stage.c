@@ -1,0 +1,997 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stage.h"
+#include "testutil.h"
+
+#define MiB (1ULL << 20)
+#define KiB (1ULL << 10)
+
+/* Byte i of every test file. */
+static uint8_t fbyte(uint64_t i)
+{
+	uint64_t x = i * 0x9E3779B97F4A7C15ULL;
+
+	return (uint8_t)(x >> 56 ^ x >> 23 ^ i);
+}
+
+struct fixture {
+	char *dir;
+	char *path;
+	int fd;
+	uint64_t size;
+	uint8_t *data;
+};
+
+static void fx_open(struct fixture *fx, uint64_t size)
+{
+	uint64_t i;
+
+	fx->dir = tu_mkdtemp();
+	fx->path = tu_path(fx->dir, "shard.safetensors");
+	fx->size = size;
+	fx->data = malloc(size ? size : 1);
+	ck_assert_ptr_nonnull(fx->data);
+	for (i = 0; i < size; i++)
+		fx->data[i] = fbyte(i);
+	tu_write_file(fx->path, fx->data, size);
+	fx->fd = open(fx->path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fx->fd, 0);
+}
+
+static void fx_close(struct fixture *fx)
+{
+	close(fx->fd);
+	tu_rmtree(fx->dir);
+	free(fx->path);
+	free(fx->dir);
+	free(fx->data);
+}
+
+static struct placefs_stager *mk(const char *dev, uint64_t ring, uint64_t hb, unsigned threads,
+                                 int prefetch)
+{
+	struct placefs_stager_config cfg = {
+	        .device = dev,
+	        .ring_bytes = ring,
+	        .host_buffer = hb,
+	        .io_threads = threads,
+	        .prefetch = prefetch,
+	};
+	struct placefs_stager *st = NULL;
+	struct placefs_error err;
+
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_stager_create(&cfg, &st, &err) == 0, "%s", err.msg);
+	ck_assert_ptr_nonnull(st);
+	return st;
+}
+
+/* Maps the exported ring of a host stager read-only. */
+static const uint8_t *ring_view(struct placefs_stager *st)
+{
+	struct placefs_backend_info info;
+	void *p;
+	int fd;
+
+	placefs_backend_get_info(placefs_stager_backend(st), &info);
+	ck_assert_uint_eq(info.handle_kind, PLACEFS_IOC_HANDLE_HOST_SHM);
+	fd = shm_open((const char *)info.handle, O_RDONLY, 0);
+	ck_assert_int_ge(fd, 0);
+	p = mmap(NULL, info.ring_bytes, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	close(fd);
+	return p;
+}
+
+static void ring_unview(struct placefs_stager *st, const uint8_t *p)
+{
+	struct placefs_backend_info info;
+
+	placefs_backend_get_info(placefs_stager_backend(st), &info);
+	munmap((void *)p, info.ring_bytes);
+}
+
+/* The ring bytes of a span equal the file bytes, through read_ring. */
+static void check_span(struct placefs_stager *st, const struct placefs_stage_span *sp,
+                       const struct fixture *fx, uint64_t file_off)
+{
+	struct placefs_backend *be = (struct placefs_backend *)placefs_stager_backend(st);
+	struct placefs_error err;
+	uint8_t *buf = malloc(sp->nbytes ? sp->nbytes : 1);
+
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_backend_read_ring(be, sp->ring_offset, buf, sp->nbytes, &err) == 0,
+	              "%s", err.msg);
+	ck_assert_msg(memcmp(buf, fx->data + file_off, sp->nbytes) == 0,
+	              "ring bytes differ from the file (offset %llu, %llu bytes)",
+	              (unsigned long long)file_off, (unsigned long long)sp->nbytes);
+	free(buf);
+}
+
+static uint8_t *shm_make(const char *name, uint64_t size)
+{
+	void *p;
+	int fd;
+
+	shm_unlink(name);
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	close(fd);
+	return p;
+}
+
+START_TEST(test_none_and_bad_config)
+{
+	struct placefs_stager_config cfg = {.device = "none", .ring_bytes = MiB};
+	struct placefs_stager *st = (struct placefs_stager *)1;
+	struct placefs_error err;
+
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), 0);
+	ck_assert_ptr_null(st);
+	cfg.device = "host";
+	cfg.io_threads = 1000;
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "I/O threads"));
+	cfg.io_threads = 0;
+	cfg.align = 3;
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), -EINVAL);
+	cfg.align = 0;
+	cfg.ring_bytes = 0;
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), -EINVAL);
+	cfg.ring_bytes = MiB;
+	cfg.device = "cuda:x";
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), -EINVAL);
+	ck_assert_ptr_null(st);
+	placefs_stager_free(NULL);
+}
+END_TEST
+
+/* Tensors of awkward sizes, staged, checked in the ring and in a destination. */
+START_TEST(test_end_to_end_host)
+{
+	static const uint64_t sizes[] = {0,     1,     4095,         4096, 4097,   12345,
+	                                 65536, 99999, 1 * MiB + 13, 8192, 3 * MiB};
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct placefs_dest d;
+	struct fixture fx;
+	const uint8_t *view;
+	uint8_t *dst;
+	char name[64];
+	uint64_t off = 8 + 1234, total = 0;
+	unsigned i, n = sizeof(sizes) / sizeof(sizes[0]);
+
+	for (i = 0; i < n; i++)
+		total += sizes[i];
+	fx_open(&fx, off + total + 77);
+	/* 16 chunks of 4 KiB over 4 threads: many pieces per tensor. */
+	st = mk("host", 4 * MiB, 64 * KiB, 4, 0);
+	view = ring_view(st);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-s", (long)getpid());
+	dst = shm_make(name, 4 * MiB);
+
+	for (i = 0; i < n; i++) {
+		struct placefs_stage_opts o = {.name = "t", .owner = 1};
+		struct placefs_stage_span sp;
+
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, off, sizes[i], &o, &sp, &err) == 0,
+		              "tensor %u: %s", i, err.msg);
+		ck_assert_uint_ne(sp.lease, 0);
+		ck_assert_uint_eq(sp.nbytes, sizes[i]);
+		ck_assert_uint_eq(sp.ring_offset % PLACEFS_STAGE_ALIGN_DEFAULT, 0);
+		ck_assert_uint_le(sp.ring_offset + sp.nbytes, 4 * MiB);
+		ck_assert_int_eq(sp.prefetched, 0);
+		ck_assert_uint_ge(sp.total_ns, sp.read_ns);
+		/* The exported shm shows the bytes, and read_ring agrees. */
+		ck_assert(memcmp(view + sp.ring_offset, fx.data + off, sizes[i]) == 0);
+		check_span(st, &sp, &fx, off);
+		/* Copy out to a destination at an odd offset. */
+		memset(dst, 0xee, 4 * MiB);
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 333, 4 * MiB, NULL), 0);
+		ck_assert_msg(placefs_stager_copy_out(st, sp.lease, &d, &err) == 0, "%s", err.msg);
+		ck_assert(memcmp(dst + 333, fx.data + off, sizes[i]) == 0);
+		ck_assert_uint_eq(dst[332], 0xee);
+		ck_assert_uint_eq(dst[333 + sizes[i]], 0xee);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 1), 0);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 1), -ENOENT);
+		off += sizes[i];
+	}
+
+	/* Copy mode in one call. */
+	off = 8 + 1234;
+	for (i = 0; i < n; i++) {
+		struct placefs_stage_span sp;
+
+		memset(dst, 0, 4 * MiB);
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 4 * MiB - sizes[i], 4 * MiB, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage_copy(st, fx.fd, off, sizes[i], NULL, &d, &sp,
+		                                        &err) == 0,
+		              "tensor %u: %s", i, err.msg);
+		ck_assert_uint_eq(sp.lease, 0);
+		ck_assert_uint_eq(sp.nbytes, sizes[i]);
+		ck_assert(memcmp(dst + 4 * MiB - sizes[i], fx.data + off, sizes[i]) == 0);
+		off += sizes[i];
+	}
+
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_BORROW], n);
+	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], n);
+	ck_assert_uint_eq(ss.staged_bytes[PLACEFS_IOC_STAGE_BORROW], total);
+	ck_assert_uint_eq(ss.staged_bytes[PLACEFS_IOC_STAGE_COPY], total);
+	ck_assert_uint_eq(ss.copied_out, n);
+	ck_assert_uint_eq(ss.read_bytes, 2 * total);
+	ck_assert_uint_eq(ss.leases, 0);
+	ck_assert_uint_eq(ss.errors, 0);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	ck_assert_uint_eq(ss.ring_capacity, 4 * MiB);
+	ck_assert_uint_eq(ss.chunk_bytes, 4 * KiB);
+	ck_assert_uint_eq(ss.io_threads, 4);
+	ck_assert_uint_le(ss.host_buffer_bytes, 64 * KiB);
+
+	/* A destination too small is refused before any read. */
+	ck_assert_int_eq(placefs_dest_shm(&d, name, 4 * MiB - 10, 4 * MiB, NULL), 0);
+	{
+		struct placefs_stage_span sp;
+
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage_copy(st, fx.fd, 0, 11, NULL, &d, &sp, &err),
+		                 -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err.msg, "destination too small"));
+	}
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.read_bytes, 2 * total);
+
+	ring_unview(st, view);
+	munmap(dst, 4 * MiB);
+	shm_unlink(name);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/* The seed's case: five 4 MiB tensors through an 8 MiB ring, consumed one by one. */
+struct producer {
+	struct placefs_stager *st;
+	int fd;
+	struct placefs_stage_span sp[5];
+	int rc[5];
+	int produced;
+};
+
+static void *produce(void *arg)
+{
+	struct producer *p = arg;
+	int i;
+
+	for (i = 0; i < 5; i++) {
+		struct placefs_stage_opts o = {.name = "seed"};
+
+		p->rc[i] = placefs_stager_stage(p->st, p->fd, (uint64_t)i * 4 * MiB, 4 * MiB, &o,
+		                                &p->sp[i], NULL);
+		__atomic_store_n(&p->produced, i + 1, __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+START_TEST(test_backpressure_seed)
+{
+	struct placefs_stager_stats ss;
+	struct producer p = {0};
+	struct fixture fx;
+	pthread_t th;
+	int i;
+
+	fx_open(&fx, 20 * MiB);
+	p.st = mk("host", 8 * MiB, 1 * MiB, 0, 0);
+	p.fd = fx.fd;
+	ck_assert_int_eq(pthread_create(&th, NULL, produce, &p), 0);
+	while (__atomic_load_n(&p.produced, __ATOMIC_ACQUIRE) < 2)
+		usleep(1000);
+	usleep(50000);
+	/* The third tensor waits for space: the ring never grows. */
+	ck_assert_int_eq(__atomic_load_n(&p.produced, __ATOMIC_ACQUIRE), 2);
+	for (i = 0; i < 5; i++) {
+		while (__atomic_load_n(&p.produced, __ATOMIC_ACQUIRE) <= i)
+			usleep(1000);
+		ck_assert_int_eq(p.rc[i], 0);
+		/* Two slots' worth: every span sits at 0 or 4 MiB, never across the end. */
+		ck_assert(p.sp[i].ring_offset == 0 || p.sp[i].ring_offset == 4 * MiB);
+		check_span(p.st, &p.sp[i], &fx, (uint64_t)i * 4 * MiB);
+		ck_assert_int_eq(placefs_stager_release(p.st, p.sp[i].lease, 0), 0);
+	}
+	pthread_join(th, NULL);
+	placefs_stager_stats(p.st, &ss);
+	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_BORROW], 5);
+	/* The third waited for sure; later ones only if they beat the consumer. */
+	ck_assert_uint_ge(ss.ring_waits, 1);
+	ck_assert_uint_eq(ss.ring_high_water, 8 * MiB);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	placefs_stager_free(p.st);
+	fx_close(&fx);
+}
+END_TEST
+
+/* Copy mode from several threads at once through a ring smaller than the sum. */
+struct copier {
+	struct placefs_stager *st;
+	int fd;
+	const char *dest;
+	unsigned first, step;
+	int failures;
+};
+
+static void *copy_some(void *arg)
+{
+	struct copier *c = arg;
+	unsigned i;
+
+	for (i = c->first; i < 10; i += c->step) {
+		struct placefs_stage_span sp;
+		struct placefs_dest d;
+		struct placefs_error err;
+
+		placefs_error_clear(&err);
+		placefs_dest_shm(&d, c->dest, (uint64_t)i * 2 * MiB, 20 * MiB, NULL);
+		if (placefs_stager_stage_copy(c->st, c->fd, (uint64_t)i * 2 * MiB, 2 * MiB, NULL,
+		                              &d, &sp, &err) != 0) {
+			fprintf(stderr, "copy %u: %s\n", i, err.msg);
+			c->failures++;
+		}
+	}
+	return NULL;
+}
+
+START_TEST(test_copy_mode_concurrent)
+{
+	struct copier c[3];
+	pthread_t th[3];
+	struct fixture fx;
+	struct placefs_stager *st;
+	struct placefs_stager_stats ss;
+	char name[64];
+	uint8_t *dst;
+	unsigned i;
+
+	fx_open(&fx, 20 * MiB);
+	st = mk("host", 5 * MiB, 256 * KiB, 3, 0);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-c", (long)getpid());
+	dst = shm_make(name, 20 * MiB);
+	for (i = 0; i < 3; i++) {
+		c[i] = (struct copier){.st = st, .fd = fx.fd, .dest = name, .first = i, .step = 3};
+		ck_assert_int_eq(pthread_create(&th[i], NULL, copy_some, &c[i]), 0);
+	}
+	for (i = 0; i < 3; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(c[i].failures, 0);
+	}
+	ck_assert(memcmp(dst, fx.data, 20 * MiB) == 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], 10);
+	ck_assert_uint_le(ss.ring_high_water, 5 * MiB);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	munmap(dst, 20 * MiB);
+	shm_unlink(name);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+START_TEST(test_efbig)
+{
+	struct placefs_stager_stats ss;
+	struct placefs_stage_opts o = {.name = "model.embed_tokens.weight"};
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct fixture fx;
+
+	fx_open(&fx, 2 * MiB);
+	st = mk("host", MiB, 0, 2, 0);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, MiB + 1, &o, &sp, &err), -EFBIG);
+	ck_assert_str_eq(err.msg, "tensor \"model.embed_tokens.weight\": 1048577 bytes do not fit "
+	                          "the 1048576-byte staging ring");
+	ck_assert_int_eq(err.kind, PLACEFS_E_LIMIT);
+	/* Exactly the ring size fits. */
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 1, MiB, &o, &sp, NULL), 0);
+	ck_assert_uint_eq(sp.ring_offset, 0);
+	check_span(st, &sp, &fx, 1);
+	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.errors, 1);
+	ck_assert_uint_eq(ss.read_bytes, MiB);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+START_TEST(test_short_read_and_bad_fd)
+{
+	struct placefs_stager_stats ss;
+	struct placefs_stage_opts o = {.name = "lm_head.weight"};
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct fixture fx;
+	int fd;
+
+	fx_open(&fx, 100000);
+	st = mk("host", MiB, 64 * KiB, 4, 0);
+	placefs_error_clear(&err);
+	/* The file ends 1 byte early: the whole tensor fails, nothing is held. */
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 50000, 50001, &o, &sp, &err), -EIO);
+	ck_assert_int_eq(err.kind, PLACEFS_E_IO);
+	ck_assert_msg(strstr(err.msg, "tensor \"lm_head.weight\": short read") != NULL, "%s",
+	              err.msg);
+	ck_assert_uint_eq(sp.lease, 0);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 200000, 10, &o, &sp, &err), -EIO);
+	fd = open(fx.path, O_RDONLY);
+	close(fd);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_stage(st, fd, 0, 100, &o, &sp, &err), -EIO);
+	ck_assert_ptr_nonnull(strstr(err.msg, "failed"));
+	ck_assert_int_eq(placefs_stager_stage(st, -1, 0, 100, &o, &sp, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, UINT64_MAX - 5, 100, &o, &sp, NULL),
+	                 -EINVAL);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.errors, 5);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	ck_assert_uint_eq(ss.leases, 0);
+	/* The stager still works. */
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 100000, &o, &sp, NULL), 0);
+	check_span(st, &sp, &fx, 0);
+	placefs_stager_free(st); /* with a lease outstanding: dropped */
+	fx_close(&fx);
+}
+END_TEST
+
+struct later {
+	struct placefs_stager *st;
+	int *flag;
+};
+
+static void *set_later(void *arg)
+{
+	struct later *l = arg;
+
+	usleep(50000);
+	__atomic_store_n(l->flag, 1, __ATOMIC_RELEASE);
+	placefs_stager_wake(l->st);
+	return NULL;
+}
+
+START_TEST(test_deadline_and_cancel)
+{
+	struct placefs_stage_span held, sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct timespec dl;
+	struct fixture fx;
+	pthread_t th;
+	int flag = 0;
+
+	fx_open(&fx, 2 * MiB);
+	st = mk("host", MiB, 0, 2, 0);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, MiB, NULL, &held, NULL), 0);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_nsec += 50000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	{
+		struct placefs_stage_opts o = {.name = "w", .deadline = &dl};
+
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 1, &o, &sp, &err), -ETIMEDOUT);
+		ck_assert_ptr_nonnull(strstr(err.msg, "no staging ring space"));
+		ck_assert_uint_ge(sp.wait_ns, 40000000);
+	}
+	{
+		struct placefs_stage_opts o = {.name = "w", .cancel = &flag};
+		struct later l = {.st = st, .flag = &flag};
+		struct timespec t0, t1;
+
+		ck_assert_int_eq(pthread_create(&th, NULL, set_later, &l), 0);
+		placefs_error_clear(&err);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 1, &o, &sp, &err), -EINTR);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		pthread_join(th, NULL);
+		/* Woken, not polled: well under the 50 ms poll period after the flag. */
+		ck_assert_int_lt((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec,
+		                 2000000000L);
+		ck_assert_ptr_nonnull(strstr(err.msg, "interrupted"));
+	}
+	ck_assert_int_eq(placefs_stager_release(st, held.lease, 0), 0);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+START_TEST(test_leases_and_owners)
+{
+	struct placefs_stage_span sp[4];
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct placefs_dest d;
+	struct fixture fx;
+	char name[64];
+	uint8_t *dst;
+	int i;
+
+	fx_open(&fx, MiB);
+	st = mk("host", MiB, 0, 2, 0);
+	for (i = 0; i < 4; i++) {
+		struct placefs_stage_opts o = {.owner = i < 3 ? 7 : 8};
+
+		ck_assert_int_eq(
+		        placefs_stager_stage(st, fx.fd, (uint64_t)i * 1000, 1000, &o, &sp[i], NULL),
+		        0);
+	}
+	/* Zero bytes is a lease like any other. */
+	{
+		struct placefs_stage_span z;
+
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 5, 0, NULL, &z, NULL), 0);
+		ck_assert_uint_ne(z.lease, 0);
+		ck_assert_uint_eq(z.nbytes, 0);
+		ck_assert_int_eq(placefs_stager_release(st, z.lease, 0), 0);
+	}
+	ck_assert_int_eq(placefs_stager_release(st, sp[0].lease, 8), -ENOENT); /* not 8's */
+	ck_assert_int_eq(placefs_stager_release(st, 999999, 0), -ENOENT);
+	ck_assert_int_eq(placefs_stager_release(st, 0, 0), -ENOENT);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.leases, 4);
+	ck_assert_uint_eq(placefs_stager_release_owner(st, 7), 3);
+	ck_assert_uint_eq(placefs_stager_release_owner(st, 7), 0);
+	ck_assert_int_eq(placefs_stager_release(st, sp[1].lease, 0), -ENOENT);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-l", (long)getpid());
+	dst = shm_make(name, 4096);
+	ck_assert_int_eq(placefs_dest_shm(&d, name, 0, 4096, NULL), 0);
+	ck_assert_int_eq(placefs_stager_copy_out(st, sp[1].lease, &d, NULL), -ENOENT);
+	ck_assert_int_eq(placefs_stager_copy_out(st, sp[3].lease, &d, NULL), 0);
+	ck_assert(memcmp(dst, fx.data + 3000, 1000) == 0);
+	ck_assert_int_eq(placefs_stager_release(st, sp[3].lease, 8), 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.leases, 0);
+	ck_assert_uint_eq(ss.released, 5);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	munmap(dst, 4096);
+	shm_unlink(name);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+static void wait_stat(struct placefs_stager *st, size_t field_off, uint64_t want)
+{
+	struct placefs_stager_stats ss;
+	int i;
+
+	for (i = 0; i < 5000; i++) {
+		placefs_stager_stats(st, &ss);
+		if (*(uint64_t *)((char *)&ss + field_off) >= want)
+			return;
+		usleep(1000);
+	}
+	ck_abort_msg("stat at offset %zu never reached %llu", field_off, (unsigned long long)want);
+}
+
+START_TEST(test_prefetch_hits)
+{
+	struct placefs_prefetch_item items[6];
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct fixture fx;
+	unsigned i, hits = 0;
+
+	fx_open(&fx, 6 * 256 * KiB + 100);
+	st = mk("host", MiB, 64 * KiB, 4, 1);
+	for (i = 0; i < 6; i++)
+		items[i] = (struct placefs_prefetch_item){.fd = fx.fd,
+		                                          .offset = 100 + i * 256 * KiB,
+		                                          .nbytes = 256 * KiB,
+		                                          .key = i + 1};
+	ck_assert_int_eq(placefs_stager_prefetch(st, items, 6, NULL), 0);
+	/* The ring holds four of them: prefetch fills it and stops. */
+	wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_held), 4);
+	usleep(20000);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.prefetch_issued, 4);
+	ck_assert_uint_eq(ss.ring_used, MiB);
+	for (i = 0; i < 6; i++) {
+		struct placefs_stage_opts o = {.key = i + 1, .name = "p"};
+		struct placefs_stage_span sp;
+
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, items[i].offset, items[i].nbytes,
+		                                      &o, &sp, NULL),
+		                 0);
+		hits += (unsigned)sp.prefetched;
+		check_span(st, &sp, &fx, items[i].offset);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		/* The freed space goes to the next hinted tensor. */
+		if (i + 5 <= 6)
+			wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_issued),
+			          i + 5);
+	}
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(hits, 6);
+	ck_assert_uint_eq(ss.prefetch_issued, 6);
+	ck_assert_uint_eq(ss.prefetch_hits, hits);
+	ck_assert_uint_eq(ss.prefetch_held, 0);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	/* A key asked for with other bytes is not adopted; with its own bytes it is. */
+	ck_assert_int_eq(placefs_stager_prefetch(st, items, 1, NULL), 0);
+	wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_held), 1);
+	{
+		struct placefs_stage_opts o = {.key = 1};
+		struct placefs_stage_span sp;
+
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 10, &o, &sp, NULL), 0);
+		ck_assert_int_eq(sp.prefetched, 0);
+		check_span(st, &sp, &fx, 0);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, items[0].offset, items[0].nbytes,
+		                                      &o, &sp, NULL),
+		                 0);
+		ck_assert_int_eq(sp.prefetched, 1);
+		check_span(st, &sp, &fx, items[0].offset);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	}
+	{
+		struct placefs_prefetch_item bad = {.fd = fx.fd, .nbytes = 1, .key = 0};
+
+		ck_assert_int_eq(placefs_stager_prefetch(st, &bad, 1, NULL), -EINVAL);
+	}
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/* A foreground stage never waits on prefetched bytes nobody asked for. */
+START_TEST(test_prefetch_yields)
+{
+	struct placefs_prefetch_item items[4];
+	struct placefs_stager_stats ss;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct timespec dl;
+	struct fixture fx;
+	unsigned i;
+
+	fx_open(&fx, 2 * MiB);
+	st = mk("host", MiB, 64 * KiB, 2, 1);
+	for (i = 0; i < 4; i++)
+		items[i] = (struct placefs_prefetch_item){
+		        .fd = fx.fd, .offset = i * 256 * KiB, .nbytes = 256 * KiB, .key = 100 + i};
+	ck_assert_int_eq(placefs_stager_prefetch(st, items, 4, NULL), 0);
+	wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_held), 4);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += 5;
+	{
+		struct placefs_stage_opts o = {.name = "big", .deadline = &dl};
+
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, MiB, MiB, &o, &sp, &err) == 0, "%s",
+		              err.msg);
+	}
+	check_span(st, &sp, &fx, MiB);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.prefetch_evicted, 4);
+	ck_assert_uint_eq(ss.prefetch_held, 0);
+	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	/* A new hint list starts over. */
+	ck_assert_int_eq(placefs_stager_prefetch(st, items, 2, NULL), 0);
+	wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_issued), 6);
+	ck_assert_int_eq(placefs_stager_prefetch(st, NULL, 0, NULL), 0);
+	placefs_stager_free(st); /* prefetched spans outstanding: dropped */
+	fx_close(&fx);
+}
+END_TEST
+
+/* Two callers ask for the same prefetched key at once: one adopts, one stages. */
+struct twin {
+	struct placefs_stager *st;
+	const struct fixture *fx;
+	uint64_t key, off, n;
+	int rc;
+	int prefetched;
+};
+
+static void *twin_stage(void *arg)
+{
+	struct twin *t = arg;
+	struct placefs_stage_opts o = {.key = t->key, .name = "twin"};
+	struct placefs_stage_span sp;
+
+	t->rc = placefs_stager_stage(t->st, t->fx->fd, t->off, t->n, &o, &sp, NULL);
+	if (t->rc == 0) {
+		check_span(t->st, &sp, t->fx, t->off);
+		t->prefetched = sp.prefetched;
+		t->rc = placefs_stager_release(t->st, sp.lease, 0);
+	}
+	return NULL;
+}
+
+START_TEST(test_prefetch_same_key_twice)
+{
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct fixture fx;
+	unsigned it, adopted = 0;
+
+	fx_open(&fx, 12 * MiB);
+	/* Tiny chunks on one thread: a 6 MiB prefetch stays in flight for a while. */
+	st = mk("host", 8 * MiB, 16 * KiB, 1, 1);
+	for (it = 0; it < 8; it++) {
+		struct placefs_prefetch_item item = {
+		        .fd = fx.fd, .offset = it * 512 * KiB, .nbytes = 6 * MiB, .key = it + 1};
+		struct twin tw[2];
+		pthread_t th[2];
+		unsigned k;
+
+		ck_assert_int_eq(placefs_stager_prefetch(st, &item, 1, NULL), 0);
+		wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_issued), it + 1);
+		for (k = 0; k < 2; k++) {
+			tw[k] = (struct twin){.st = st,
+			                      .fx = &fx,
+			                      .key = it + 1,
+			                      .off = item.offset,
+			                      .n = item.nbytes};
+			ck_assert_int_eq(pthread_create(&th[k], NULL, twin_stage, &tw[k]), 0);
+		}
+		for (k = 0; k < 2; k++) {
+			pthread_join(th[k], NULL);
+			ck_assert_int_eq(tw[k].rc, 0);
+		}
+		ck_assert_int_le(tw[0].prefetched + tw[1].prefetched, 1);
+		adopted += (unsigned)(tw[0].prefetched + tw[1].prefetched);
+	}
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.prefetch_hits, adopted);
+	ck_assert_uint_ge(adopted, 1);
+	ck_assert_uint_eq(ss.leases, 0);
+	ck_assert_uint_eq(ss.prefetch_held, 0);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/* Many threads, random tensors and modes, prefetch running, a small ring. */
+struct worker {
+	struct placefs_stager *st;
+	const struct fixture *fx;
+	unsigned seed;
+	int failures;
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct placefs_backend *be = (struct placefs_backend *)placefs_stager_backend(w->st);
+	uint8_t *buf = malloc(512 * KiB);
+	int i;
+
+	for (i = 0; i < 60; i++) {
+		unsigned k = (unsigned)rand_r(&w->seed) % 64;
+		uint64_t off = (uint64_t)k * 40000,
+		         n = 1 + (uint64_t)rand_r(&w->seed) % (512 * KiB);
+		struct placefs_stage_opts o = {.key = k + 1, .name = "w"};
+		struct placefs_stage_span sp;
+		struct placefs_error err;
+
+		if (off + n > w->fx->size)
+			n = w->fx->size - off;
+		if (k % 3 == 0)
+			n = 40000; /* the hinted size: may be adopted */
+		placefs_error_clear(&err);
+		if (placefs_stager_stage(w->st, w->fx->fd, off, n, &o, &sp, &err) != 0) {
+			fprintf(stderr, "stage: %s\n", err.msg);
+			w->failures++;
+			continue;
+		}
+		if (placefs_backend_read_ring(be, sp.ring_offset, buf, n, &err) != 0 ||
+		    memcmp(buf, w->fx->data + off, n) != 0) {
+			fprintf(stderr, "wrong bytes for key %u (%llu bytes)\n", k,
+			        (unsigned long long)n);
+			w->failures++;
+		}
+		if (placefs_stager_release(w->st, sp.lease, 0) != 0)
+			w->failures++;
+	}
+	free(buf);
+	return NULL;
+}
+
+START_TEST(test_concurrent_stress)
+{
+	struct placefs_prefetch_item items[64];
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct worker w[4];
+	pthread_t th[4];
+	struct fixture fx;
+	unsigned i;
+
+	fx_open(&fx, 64 * 40000 + 512 * KiB);
+	/* Room for two or three tensors at once: constant wrapping and waiting. */
+	st = mk("host", 1200 * KiB, 128 * KiB, 4, 1);
+	for (i = 0; i < 64; i++)
+		items[i] = (struct placefs_prefetch_item){
+		        .fd = fx.fd, .offset = i * 40000ULL, .nbytes = 40000, .key = i + 1};
+	ck_assert_int_eq(placefs_stager_prefetch(st, items, 64, NULL), 0);
+	for (i = 0; i < 4; i++) {
+		w[i] = (struct worker){.st = st, .fx = &fx, .seed = 99 + i};
+		ck_assert_int_eq(pthread_create(&th[i], NULL, work, &w[i]), 0);
+	}
+	for (i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(w[i].failures, 0);
+	}
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_BORROW], 240);
+	ck_assert_uint_eq(ss.leases, 0);
+	ck_assert_uint_eq(ss.errors, 0);
+	ck_assert_uint_le(ss.ring_high_water, 1200 * KiB);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/*
+ * One pass over a device: odd sizes, borrow and copy mode into a shm
+ * destination, the seed's backpressure case and a prefetch hit.
+ */
+static void device_pass(const char *dev)
+{
+	static const uint64_t sizes[] = {0, 1, 4097, 1 * MiB + 13, 4 * MiB, 8 * MiB};
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct placefs_dest d;
+	struct producer p = {0};
+	struct fixture fx;
+	pthread_t th;
+	char name[64];
+	uint8_t *dst;
+	uint64_t off = 0;
+	unsigned i;
+
+	fx_open(&fx, 24 * MiB);
+	st = mk(dev, 8 * MiB, 4 * MiB, 4, 1);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-cu", (long)getpid());
+	dst = shm_make(name, 8 * MiB);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		struct placefs_stage_span sp;
+
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, off, sizes[i], NULL, &sp, &err) == 0,
+		              "%s", err.msg);
+		check_span(st, &sp, &fx, off);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 8 * MiB - sizes[i], 8 * MiB, NULL), 0);
+		ck_assert_msg(placefs_stager_stage_copy(st, fx.fd, off, sizes[i], NULL, &d, &sp,
+		                                        &err) == 0,
+		              "%s", err.msg);
+		ck_assert(memcmp(dst + 8 * MiB - sizes[i], fx.data + off, sizes[i]) == 0);
+		off += sizes[i] + 3;
+	}
+	/* Five 4 MiB tensors through the 8 MiB ring, consumed one by one. */
+	p.st = st;
+	p.fd = fx.fd;
+	ck_assert_int_eq(pthread_create(&th, NULL, produce, &p), 0);
+	for (i = 0; i < 5; i++) {
+		while (__atomic_load_n(&p.produced, __ATOMIC_ACQUIRE) <= (int)i)
+			usleep(1000);
+		ck_assert_int_eq(p.rc[i], 0);
+		check_span(st, &p.sp[i], &fx, (uint64_t)i * 4 * MiB);
+		ck_assert_int_eq(placefs_stager_release(st, p.sp[i].lease, 0), 0);
+	}
+	pthread_join(th, NULL);
+	/* A prefetch hit. */
+	{
+		struct placefs_prefetch_item item = {
+		        .fd = fx.fd, .offset = 777, .nbytes = 3 * MiB, .key = 42};
+		struct placefs_stage_opts o = {.key = 42};
+		struct placefs_stage_span sp;
+
+		ck_assert_int_eq(placefs_stager_prefetch(st, &item, 1, NULL), 0);
+		wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_issued), 1);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 777, 3 * MiB, &o, &sp, NULL), 0);
+		ck_assert_int_eq(sp.prefetched, 1);
+		check_span(st, &sp, &fx, 777);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	}
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.errors, 0);
+	ck_assert_uint_eq(ss.leases, 0);
+	ck_assert_uint_le(ss.ring_high_water, 8 * MiB);
+	munmap(dst, 8 * MiB);
+	shm_unlink(name);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+
+START_TEST(test_device_pass_host)
+{
+	device_pass("host");
+}
+END_TEST
+
+/* The same on cuda:0 where a GPU exists (check_backend checks the refusal elsewhere). */
+START_TEST(test_device_pass_cuda)
+{
+	struct placefs_error err;
+	int n;
+
+	placefs_error_clear(&err);
+	n = placefs_backend_cuda_devices(&err);
+	if (n <= 0) {
+		fprintf(stderr, "test_device_pass_cuda: no CUDA device (%s): nothing to run\n",
+		        n == 0 ? "none found" : err.msg);
+		return;
+	}
+	device_pass("cuda:0");
+}
+END_TEST
+
+static Suite *stage_suite(void)
+{
+	Suite *s = suite_create("stage");
+	TCase *tc = tcase_create("host");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_none_and_bad_config);
+	tcase_add_test(tc, test_end_to_end_host);
+	tcase_add_test(tc, test_backpressure_seed);
+	tcase_add_test(tc, test_copy_mode_concurrent);
+	tcase_add_test(tc, test_efbig);
+	tcase_add_test(tc, test_short_read_and_bad_fd);
+	tcase_add_test(tc, test_deadline_and_cancel);
+	tcase_add_test(tc, test_leases_and_owners);
+	tcase_add_test(tc, test_prefetch_hits);
+	tcase_add_test(tc, test_prefetch_yields);
+	tcase_add_test(tc, test_prefetch_same_key_twice);
+	tcase_add_test(tc, test_concurrent_stress);
+	tcase_add_test(tc, test_device_pass_host);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("cuda");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_device_pass_cuda);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(stage_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
