@@ -4,10 +4,14 @@
 # out of tree in build/$1 with configure flags $2...
 PLACEFS_DEB_PACKAGES="build-essential autoconf automake pkg-config libfuse3-dev fuse3 \
 libcjson-dev check python3 attr"
+# Test-only tools (tools/test): sanitizer runtime, valgrind, libFuzzer, clang-format.
+PLACEFS_DEB_TEST_PACKAGES="valgrind clang clang-format"
 
+# placefs_deps [extra packages...]: installs whatever of the build packages
+# and the given extras is missing.
 placefs_deps() {
 	missing=
-	for p in $PLACEFS_DEB_PACKAGES; do
+	for p in $PLACEFS_DEB_PACKAGES "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
 			missing="$missing $p"
 	done
@@ -18,6 +22,15 @@ placefs_deps() {
 	$sudo apt-get update -qq
 	# shellcheck disable=SC2086
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+}
+
+# placefs_test_deps: the build packages, the test tools, and the libFuzzer
+# runtime that matches the installed clang (libclang-rt-<major>-dev).
+placefs_test_deps() {
+	placefs_deps $PLACEFS_DEB_TEST_PACKAGES
+	major=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n 1)
+	[ -z "$major" ] || placefs_deps "libclang-rt-$major-dev" || true
+	return 0
 }
 
 placefs_build() {
