@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: MIT
+"""tools/placefs.py with torch on a CUDA mount (run by tests/py/gpu-smoke.sh).
+
+  gpu_smoke.py MNT SOURCE LIMIT
+
+It loads the mount with device cuda:0 and cpu, in copy and borrow modes, and
+compares every value with the checkpoint's bytes. It also checks typed
+values, borrowed CUDA views, a copy-mode stage into a torch allocation by
+its IPC handle, and a stage into a shm destination from the CUDA backend.
+"""
+
+import os
+import sys
+import time
+
+import torch
+
+import loader_test as lt
+import placefs
+
+
+def main(mnt, source, limit):
+    limit = int(limit)
+    ref = lt.reference(source)
+    m = placefs.Mount(mnt)
+    ri = m.ring_info()
+    lt.check(ri.backend == placefs.BACKEND_CUDA and ri.device == 0, "ring_info %r" % ri)
+    lt.check(ri.handle_kind == placefs.HANDLE_CUDA_IPC and len(ri.handle) == 64,
+             "CUDA ring handle %r" % ri)
+    for device in ("cuda:0", "cpu"):
+        for mode in ("copy", "borrow"):
+            torch.cuda.synchronize()
+            sd, rep = placefs.load(mnt, device=device, mode=mode)
+            print(rep.summary().splitlines()[0])
+            lt.check_state_dict(sd, mnt, ref, limit, "cuda mount device=%s mode=%s"
+                                % (device, mode), device=device)
+            # Typed values: an F32/BF16 tensor equals the checkpoint's bytes viewed so.
+            for t in m.tensors:
+                if t.dtype in ("F32", "BF16") and t.nbytes:
+                    dt = torch.float32 if t.dtype == "F32" else torch.bfloat16
+                    want = torch.frombuffer(bytearray(ref[t.name][2]), dtype=dt).reshape(
+                        t.shape)
+                    got = sd[t.name]
+                    lt.check(got.dtype == dt and torch.equal(got.cpu(), want),
+                             "%s: typed value differs (%s)" % (t.name, device))
+            del sd
+    gpu = [t for t in m.tensors if t.placement == "gpu" and t.nbytes]
+    t = gpu[0]
+    with m.borrow(t.name) as b:
+        lt.check(b.view.is_cuda and b.view.numel() == t.nbytes, "borrowed view %r" % b.view)
+        lt.check(lt.same_bytes(b.view, ref[t.name][2]), "borrowed CUDA view differs")
+        lt.check(b.tobytes() == ref[t.name][2], "borrowed tobytes differs")
+    # Copy mode into a torch allocation at an offset, by its IPC handle.
+    buf = torch.zeros(t.nbytes + 8192, dtype=torch.uint8, device="cuda:0")
+    torch.cuda.synchronize()
+    share = buf.untyped_storage()._share_cuda_()
+    h, size, off = placefs._torch_ipc_handle(share[1]), int(share[2]), int(share[3])
+    try:
+        r = m.stage_into(t.name, placefs.Destination.cuda_ipc(h, off + 4096, off + size))
+    finally:
+        placefs._torch_ipc_done(share)
+    lt.check(r.lease == 0 and r.nbytes == t.nbytes, "ipc copy result %r" % r)
+    lt.check(lt.same_bytes(buf[4096:4096 + t.nbytes], ref[t.name][2]),
+             "ipc copy: bytes differ")
+    lt.check(int(buf[:4096].count_nonzero()) == 0 and
+             int(buf[4096 + t.nbytes:].count_nonzero()) == 0, "ipc copy wrote outside")
+    # The load buffer is freed with its tensors (torch's IPC reference was dropped).
+    del buf
+    sd = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated(0)
+    sd = placefs.load_state_dict(mnt, device="cuda:0", mode="copy")
+    during = torch.cuda.memory_allocated(0)
+    del sd
+    torch.cuda.ipc_collect()
+    after = torch.cuda.memory_allocated(0)
+    lt.check(during > before and after == before, "load buffer not freed: allocated %d "
+             "before, %d with the state dict, %d after it was dropped" % (before, during,
+                                                                           after))
+    # Timing of a bigger load, for the report.
+    t0 = time.perf_counter()
+    sd = placefs.load_state_dict(mnt, device="cuda:0", mode="copy")
+    torch.cuda.synchronize()
+    print("reload copy: %.3f s" % (time.perf_counter() - t0))
+    m.close()
+    lt.done("gpu")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main(*sys.argv[1:])

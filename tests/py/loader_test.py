@@ -1,0 +1,698 @@
+# SPDX-License-Identifier: MIT
+"""Checks tools/placefs.py against the C header and against live placefs mounts.
+
+Run by tests/python-loader.sh, one scenario per call:
+
+  loader_test.py abi PROBE_OUTPUT           struct layouts, commands, packing
+  loader_test.py offline                     what needs no mount (env, names, dtypes)
+  loader_test.py seed MNT SOURCE LIMIT       1 MiB staged + 9 MiB cpu, both modes
+  loader_test.py wrap MNT SOURCE             five 4 MiB tensors through an 8 MiB ring
+  loader_test.py wrapfull MNT SOURCE         the same ring full: timeout, then room
+  loader_test.py mixed MNT SOURCE LIMIT      many dtypes/names: load == plain reads
+  loader_test.py none MNT SOURCE             a mount with -o device=none
+  loader_test.py cpuonly MNT SOURCE          a mount whose tensors are all cpu-placed
+
+Every expectation about bytes comes from the source checkpoint, parsed here
+with a reader of its own (not from the mount or the module). The module is
+used with the standard library only unless PLACEFS_NO_TORCH is unset and
+torch is importable; the checks accept both result kinds.
+"""
+
+import errno
+import fcntl
+import json
+import mmap
+import os
+import re
+import struct
+import sys
+import time
+import warnings
+
+import placefs
+
+FAILS = []
+CHECKS = [0]
+
+
+def check(cond, msg):
+    CHECKS[0] += 1
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL: " + msg, file=sys.stderr)
+    return cond
+
+
+def expect_oserror(fn, want, what):
+    try:
+        fn()
+    except OSError as e:
+        return check(e.errno == want, "%s: errno %s, expected %s (%s)" % (
+            what, errno.errorcode.get(e.errno), errno.errorcode[want], e))
+    return check(False, "%s: succeeded, expected %s" % (what, errno.errorcode[want]))
+
+
+def expect_raises(fn, exc, pattern, what):
+    try:
+        fn()
+    except exc as e:
+        return check(re.search(pattern, str(e)) is not None,
+                     "%s: message %r does not match %r" % (what, str(e), pattern))
+    except Exception as e:  # noqa: BLE001 - report any other failure as such
+        return check(False, "%s: raised %r, expected %s" % (what, e, exc.__name__))
+    return check(False, "%s: no exception, expected %s" % (what, exc.__name__))
+
+
+def done(name):
+    print("%s: %d checks, %d failures" % (name, CHECKS[0], len(FAILS)))
+    sys.exit(1 if FAILS else 0)
+
+
+# ---- an independent reader of the source checkpoint ----------------------------------
+
+def read_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return {k: (8 + n + v["data_offsets"][0], v["data_offsets"][1] - v["data_offsets"][0],
+                v["dtype"], tuple(v["shape"])) for k, v in h.items()}
+
+
+def reference(source):
+    """name -> (dtype, shape, bytes) from the checkpoint file(s) themselves."""
+    if os.path.isdir(source):
+        idx = os.path.join(source, "model.safetensors.index.json")
+        files = sorted(x for x in os.listdir(source) if x.endswith(".safetensors"))
+        wmap = json.load(open(idx))["weight_map"] if os.path.exists(idx) else None
+    else:
+        files, wmap = [os.path.basename(source)], None
+        source = os.path.dirname(source) or "."
+    ref = {}
+    for fn in files:
+        with open(os.path.join(source, fn), "rb") as f:
+            data = f.read()
+        for name, (off, n, dt, shape) in read_header(os.path.join(source, fn)).items():
+            if wmap is not None and wmap.get(name) != fn:
+                continue
+            ref[name] = (dt, shape, data[off:off + n])
+    return ref
+
+
+def plain_read(path):
+    with open(path, "rb", buffering=0) as f:
+        out = []
+        while True:
+            c = f.read(1 << 20)
+            if not c:
+                return b"".join(out)
+            out.append(c)
+
+
+def same_bytes(v, want):
+    """True when a load_state_dict value (PlacedTensor or torch tensor) holds exactly want."""
+    if isinstance(v, placefs.PlacedTensor):
+        return v.data == want
+    import torch
+    t = v.detach().to("cpu").contiguous().reshape(-1)
+    if t.dtype != torch.uint8:
+        t = t.view(torch.uint8)
+    if t.numel() != len(want):
+        return False
+    return len(want) == 0 or torch.equal(t, torch.frombuffer(bytearray(want),
+                                                             dtype=torch.uint8))
+
+
+def check_state_dict(sd, mnt, ref, limit, what, device="cpu"):
+    m = placefs.Mount(mnt)
+    names = [t.name for t in m.tensors]
+    check(list(sd) == names, "%s: keys not in checkpoint order" % what)
+    check(set(names) == set(ref), "%s: plan names differ from the checkpoint's" % what)
+    for t in m.tensors:
+        v = sd.get(t.name)
+        if not check(v is not None, "%s: %r missing" % (what, t.name)):
+            continue
+        dt, shape, want = ref[t.name]
+        check(same_bytes(v, want), "%s: %r (%s, %d bytes, %s): bytes differ from the "
+              "checkpoint" % (what, t.name, dt, len(want), t.placement))
+        check(same_bytes(v, plain_read(t.path)), "%s: %r differs from a plain read of %s" % (
+            what, t.name, t.path))
+        pl = "gpu" if limit is None or len(want) <= limit else "cpu"
+        check(t.placement == pl, "%s: %r placed %s, expected %s" % (what, t.name, t.placement,
+                                                                     pl))
+        if isinstance(v, placefs.PlacedTensor):
+            check(v.dtype == dt and v.shape == shape and v.placement == pl and v.name == t.name,
+                  "%s: %r metadata %r" % (what, t.name, v))
+            check(v.device == ("cpu" if pl == "cpu" else device), "%s: %r on %s" % (
+                what, t.name, v.device))
+        else:
+            import torch
+            want_dev = "cpu" if pl == "cpu" else device
+            check(str(v.device) == want_dev, "%s: %r on %s, expected %s" % (
+                what, t.name, v.device, want_dev))
+            check(tuple(v.shape) == shape or v.dtype == torch.uint8,
+                  "%s: %r shape %r, expected %r" % (what, t.name, tuple(v.shape), shape))
+
+
+# ---- abi: the module against the C header ----------------------------------------------
+
+FIELDS = {
+    "ring_info": ("_RING_INFO_FMT", ["version", "size", "backend", "device", "ring_bytes",
+                                     "host_buffer_bytes", "alignment", "handle_kind",
+                                     "handle_bytes", "handle", "reserved"]),
+    "stage": ("_STAGE_FMT", ["version", "size", "mode", "flags", "dest_kind",
+                             "dest_handle_bytes", "dest_offset", "dest_size", "dest_handle",
+                             "timeout_ns", "nbytes", "ring_offset", "lease", "wait_ns",
+                             "read_ns", "copy_ns", "total_ns", "out_flags", "pad0",
+                             "reserved"]),
+    "release": ("_RELEASE_FMT", ["version", "size", "lease", "reserved"]),
+}
+
+
+def fmt_fields(fmt):
+    """(offset, size) of each field of a struct format ("=IIQ6Q": 4 fields)."""
+    order, body = fmt[0], fmt[1:]
+    toks = re.findall(r"(\d*)([a-zA-Z])", body)
+    out, prefix = [], order
+    for count, code in toks:
+        off = struct.calcsize(prefix)
+        prefix += count + code
+        out.append((off, struct.calcsize(prefix) - off))
+    return out
+
+
+class FakeIoctl:
+    """Stands in for fcntl.ioctl to capture requests and play C-built replies."""
+
+    def __init__(self, reply=None):
+        self.reply = reply
+        self.calls = []
+
+    def __call__(self, fd, cmd, buf, mutate):
+        self.calls.append((fd, cmd, bytes(buf), mutate))
+        if self.reply is not None:
+            buf[:] = self.reply
+        return 0
+
+
+def abi(probe_path):
+    probe = {}
+    fields = {}
+    with open(probe_path) as f:
+        for line in f:
+            p = line.split()
+            if p[0] == "field":
+                fields[p[1]] = (int(p[2]), int(p[3]))
+            elif p[0] in ("req", "rsp"):
+                probe[(p[0], p[1])] = bytes.fromhex(p[2])
+            else:
+                probe[(p[0], p[1])] = int(p[2])
+    # Sizes, field by field.
+    for s, (fmtname, names) in FIELDS.items():
+        fmt = getattr(placefs, fmtname)
+        check(struct.calcsize(fmt) == probe[("size", s)], "sizeof(struct placefs_ioc_%s) "
+              "is %d, the module's format gives %d" % (s, probe[("size", s)],
+                                                      struct.calcsize(fmt)))
+        got = fmt_fields(fmt)
+        check(len(got) == len(names), "%s: %d fields in the format, %d in C" % (
+            s, len(got), len(names)))
+        for name, (off, size) in zip(names, got):
+            c = fields.get("%s.%s" % (s, name))
+            check(c == (off, size), "%s.%s: C offset/size %r, module %r" % (s, name, c,
+                                                                          (off, size)))
+        check(len(fields_of(fields, s)) == len(names), "%s: the probe lists other fields" % s)
+    # Sizes the module exports.
+    for s, attr in (("ring_info", "RING_INFO_SIZE"), ("stage", "STAGE_SIZE"),
+                    ("release", "RELEASE_SIZE")):
+        check(getattr(placefs, attr) == probe[("size", s)], "placefs.%s" % attr)
+        check(probe[("const", attr)] == probe[("size", s)], "C %s" % attr)
+    # Command numbers.
+    for c in ("RING_INFO", "STAGE", "RELEASE"):
+        check(getattr(placefs, "IOC_" + c) == probe[("cmd", c)],
+              "PLACEFS_IOC_%s: C 0x%x, module 0x%x" % (c, probe[("cmd", c)],
+                                                      getattr(placefs, "IOC_" + c)))
+    # Constants.
+    for (kind, name), v in probe.items():
+        if kind == "const" and not name.endswith("_SIZE"):
+            check(getattr(placefs, name, None) == v, "constant %s: C %d, module %r" % (
+                name, v, getattr(placefs, name, None)))
+
+    real = fcntl.ioctl
+    try:
+        # ring_info(): the request C builds; the C reply decodes field by field.
+        fake = FakeIoctl(probe[("rsp", "ring_info")])
+        fcntl.ioctl = fake
+        ri = placefs.ring_info(3)
+        check(fake.calls[0][1] == probe[("cmd", "RING_INFO")] and fake.calls[0][3] is True,
+              "ring_info: wrong command or not a mutable buffer")
+        check(fake.calls[0][2] == probe[("req", "ring_info")], "ring_info request bytes differ "
+              "from C's")
+        check((ri.backend, ri.device, ri.ring_bytes, ri.host_buffer_bytes, ri.alignment,
+               ri.handle_kind) == (placefs.BACKEND_CUDA, -1, 0x0102030405060708,
+                                   0x1112131415161718, 4096, placefs.HANDLE_CUDA_IPC),
+              "ring_info reply decoded as %r" % ri)
+        check(ri.handle == bytes(0xA0 ^ i for i in range(64)), "ring_info handle bytes")
+
+        # stage(): three requests and one reply.
+        fake = FakeIoctl(probe[("rsp", "stage")])
+        fcntl.ioctl = fake
+        r = placefs.stage(3, "copy", placefs.Destination.shm("/probe-dest", 0x2000, 0x300000),
+                          123456789)
+        check(fake.calls[0][2] == probe[("req", "stage_copy_shm")],
+              "stage(copy, shm) request bytes differ from C's")
+        check(fake.calls[0][1] == probe[("cmd", "STAGE")], "stage: wrong command")
+        placefs.stage(3, "copy", placefs.Destination.cuda_ipc(
+            bytes(i ^ 0x5A for i in range(64)), 7, 1 << 40))
+        check(fake.calls[1][2] == probe[("req", "stage_copy_ipc")],
+              "stage(copy, cuda ipc) request bytes differ from C's")
+        placefs.stage(3, "borrow")
+        check(fake.calls[2][2] == probe[("req", "stage_borrow")],
+              "stage(borrow) request bytes differ from C's")
+        check((r.nbytes, r.ring_offset, r.lease, r.wait_ns, r.read_ns, r.copy_ns, r.total_ns,
+               r.prefetched) == (0x2122232425262728, 0x3132333435363738, 0x4142434445464748,
+                                 0x5152535455565758, 0x6162636465666768, 0x7172737475767778,
+                                 0x8182838485868788, True), "stage reply decoded as %r" % r)
+        check(r.timings["copy_ns"] == 0x7172737475767778, "stage timings")
+
+        fake = FakeIoctl()
+        fcntl.ioctl = fake
+        placefs.release(3, 0x0123456789abcdef)
+        check(fake.calls[0][1] == probe[("cmd", "RELEASE")], "release: wrong command")
+        check(fake.calls[0][2] == probe[("req", "release")], "release request bytes differ")
+    finally:
+        fcntl.ioctl = real
+
+    # Arguments the module refuses before any ioctl.
+    expect_raises(lambda: placefs.stage(3, "copy"), ValueError, "copy mode needs a Destination",
+                  "stage copy without a destination")
+    expect_raises(lambda: placefs.stage(3, "borrow", placefs.Destination.shm("/x", 0, 1)),
+                  ValueError, "borrow mode takes no destination", "borrow with a destination")
+    expect_raises(lambda: placefs.stage(3, "lend"), ValueError, "'copy' or 'borrow'",
+                  "unknown stage mode")
+    expect_raises(lambda: placefs.Destination.shm("noslash", 0, 1), ValueError, "/name",
+                  "shm name without '/'")
+    expect_raises(lambda: placefs.Destination.shm("/" + "x" * 127, 0, 1), ValueError,
+                  "longer than", "shm name too long")
+    expect_raises(lambda: placefs.Destination.cuda_ipc(b"x" * 63, 0, 1), ValueError, "64",
+                  "short CUDA IPC handle")
+    # A descriptor that is not on a placefs mount: ENOTTY from the kernel.
+    with open(probe_path, "rb") as f:
+        expect_oserror(lambda: placefs.ring_info(f), errno.ENOTTY, "ring_info on a plain file")
+    done("abi")
+
+
+def fields_of(fields, s):
+    return [k for k in fields if k.startswith(s + ".")]
+
+
+# ---- offline: env, names, dtypes -----------------------------------------------------
+
+def offline():
+    env = dict(os.environ)
+    try:
+        os.environ.pop("INSTANTTENSOR_COPY", None)
+        check(placefs.copy_mode_from_env() == "copy", "INSTANTTENSOR_COPY unset -> copy")
+        os.environ["INSTANTTENSOR_COPY"] = "1"
+        check(placefs.copy_mode_from_env() == "copy", "INSTANTTENSOR_COPY=1 -> copy")
+        os.environ["INSTANTTENSOR_COPY"] = "0"
+        check(placefs.copy_mode_from_env() == "borrow", "INSTANTTENSOR_COPY=0 -> borrow")
+        for bad in ("sometimes", "", " 1", "true", "01"):
+            os.environ["INSTANTTENSOR_COPY"] = bad
+            expect_raises(placefs.copy_mode_from_env, ValueError,
+                          "^INSTANTTENSOR_COPY must be 0 or 1, got '%s'$" % re.escape(bad),
+                          "INSTANTTENSOR_COPY=%r" % bad)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    for name, enc in (("a.b", "a.b"), (".x", "%2Ex"), ("a/b%c", "a%2Fb%25c"),
+                      ("..", "%2E."), ("%2F", "%252F"), ("/.", "%2F.")):
+        check(placefs.encode_name(name) == enc, "encode_name(%r) = %r, expected %r" % (
+            name, placefs.encode_name(name), enc))
+    # PlacedTensor.numpy() where numpy exists.
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    if np is not None:
+        pt = placefs.PlacedTensor("x", "F32", (2, 2), "gpu", "cpu",
+                                  struct.pack("<4f", 1, 2, 3, 4))
+        check(pt.numpy().tolist() == [[1, 2], [3, 4]], "PlacedTensor.numpy F32")
+        pt = placefs.PlacedTensor("x", "BF16", (2,), "gpu", "cpu", b"\x80\x3f\x00\x40")
+        check(pt.numpy().tolist() == [0x80, 0x3F, 0, 0x40], "PlacedTensor.numpy BF16 raw")
+    expect_raises(lambda: placefs.Mount("/proc"), FileNotFoundError, "not a placefs mount",
+                  "Mount of a directory that is not a mount")
+    expect_raises(lambda: placefs.load_state_dict("/proc", device="cpu"), FileNotFoundError,
+                  "not a placefs mount", "load_state_dict of a directory that is not a mount")
+    expect_raises(lambda: placefs._parse_device("gpu0"), ValueError, "cuda:N",
+                  "bad device")
+    done("offline")
+
+
+# ---- live mounts ---------------------------------------------------------------------
+
+def check_no_leases(mnt, what):
+    """The daemon's stats (when it reports staging) show no lease left behind."""
+    with open(os.path.join(mnt, ".placefs", "stats")) as f:
+        st = json.load(f).get("staging")
+    if isinstance(st, dict) and "leases" in st:
+        check(st["leases"] == 0, "%s: %r leases still held after the loads" % (what,
+                                                                               st["leases"]))
+
+
+def make_shm(size):
+    name = "/placefs-test-%d-%d" % (os.getpid(), time.monotonic_ns())
+    fd = os.open("/dev/shm" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.ftruncate(fd, size)
+    mm = mmap.mmap(fd, size)
+    os.close(fd)
+    return name, mm
+
+
+def ring_map(ri):
+    fd = os.open("/dev/shm" + ri.shm_name, os.O_RDONLY)
+    try:
+        return mmap.mmap(fd, ri.ring_bytes, mmap.MAP_SHARED, mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+
+def check_host_ring(m, what):
+    ri = m.ring_info()
+    check(ri.backend == placefs.BACKEND_HOST, "%s: backend %s, expected host" % (what, ri))
+    check(ri.device == -1, "%s: host ring device %d" % (what, ri.device))
+    check(ri.handle_kind == placefs.HANDLE_HOST_SHM, "%s: handle kind %d" % (what,
+                                                                           ri.handle_kind))
+    check(ri.handle.endswith(b"\0") and ri.handle.count(b"\0") == 1,
+          "%s: shm handle %r is not one NUL-terminated name" % (what, ri.handle))
+    name = ri.shm_name
+    check(name.startswith("/") and os.path.exists("/dev/shm" + name),
+          "%s: ring shm %r does not exist" % (what, name))
+    check(ri.alignment > 0 and ri.alignment & (ri.alignment - 1) == 0,
+          "%s: alignment %d is not a power of two" % (what, ri.alignment))
+    check(ri.ring_bytes >= (m.ring_bytes or 0), "%s: ring_info %d bytes < plan ring_bytes %r"
+          % (what, ri.ring_bytes, m.ring_bytes))
+    return ri
+
+
+def seed(mnt, source, limit):
+    limit = int(limit)
+    ref = reference(source)
+    m = placefs.Mount(mnt)
+    check(m.buffer_size == limit, "plan buffer_size %r" % m.buffer_size)
+    byname = {t.name: t for t in m.tensors}
+    small, large = byname.get("small"), byname.get("large")
+    if not check(small is not None and large is not None, "seed tensors missing"):
+        done("seed")
+    check(small.placement == "gpu" and small.nbytes == 1 << 20, "small: %r" % small)
+    check(large.placement == "cpu" and large.nbytes == 9 << 20, "large: %r" % large)
+    ri = check_host_ring(m, "seed")
+    ring = ring_map(ri)
+
+    # Low level, copy mode into a shm of the test, at an offset.
+    name, mm = make_shm(3 << 20)
+    try:
+        fd = m.open("small")
+        try:
+            r = placefs.stage(fd, "copy", placefs.Destination.shm(name, 4096, 3 << 20))
+            check(r.nbytes == small.nbytes and r.lease == 0, "copy stage result %r" % r)
+            check(mm[4096:4096 + small.nbytes] == ref["small"][2], "copy: bytes in the "
+                  "destination differ from the checkpoint")
+            check(mm[:4096] == bytes(4096) and mm[4096 + small.nbytes:] ==
+                  bytes((3 << 20) - 4096 - small.nbytes), "copy wrote outside its range")
+            check(r.total_ns > 0 and r.total_ns >= r.read_ns, "copy timings %r" % r)
+            # Destination bounds: offset + nbytes > dest_size.
+            expect_oserror(lambda: placefs.stage(fd, "copy", placefs.Destination.shm(
+                name, (3 << 20) - small.nbytes + 1, 3 << 20)), errno.EINVAL,
+                "copy past the end of the destination")
+            # dest_size larger than the shm object.
+            expect_oserror(lambda: placefs.stage(fd, "copy", placefs.Destination.shm(
+                name, 0, 4 << 20)), errno.EINVAL, "dest_size larger than the shm object")
+            # No such shm object.
+            expect_oserror(lambda: placefs.stage(fd, "copy", placefs.Destination.shm(
+                "/placefs-test-missing-%d" % os.getpid(), 0, 1 << 20)), errno.ENOENT,
+                "copy into a missing shm object")
+            # Somebody else's shm object (root can make one).
+            if os.geteuid() == 0:
+                other, omm = make_shm(3 << 20)
+                try:
+                    os.chown("/dev/shm" + other, 65534, 65534)
+                    expect_oserror(lambda: placefs.stage(fd, "copy", placefs.Destination.shm(
+                        other, 0, 3 << 20)), errno.EACCES, "copy into another user's shm")
+                    check(omm[:small.nbytes] == bytes(small.nbytes),
+                          "the daemon wrote into another user's shm object")
+                finally:
+                    omm.close()
+                    os.unlink("/dev/shm" + other)
+            # A CUDA IPC destination on the host backend.
+            expect_oserror(lambda: placefs.stage(fd, "copy", placefs.Destination.cuda_ipc(
+                bytes(64), 0, 1 << 20)), errno.EOPNOTSUPP, "CUDA IPC destination on host")
+            # Borrow: the leased span holds the tensor until released.
+            r = placefs.stage(fd, "borrow")
+            check(r.lease != 0 and r.nbytes == small.nbytes, "borrow result %r" % r)
+            check(r.ring_offset % ri.alignment == 0 and r.ring_offset + r.nbytes <=
+                  ri.ring_bytes, "borrow span %r outside the ring" % r)
+            check(ring[r.ring_offset:r.ring_offset + r.nbytes] == ref["small"][2],
+                  "borrow: ring bytes differ from the checkpoint")
+            placefs.release(fd, r.lease)
+            expect_oserror(lambda: placefs.release(fd, r.lease), errno.ENOENT,
+                           "second release of a lease")
+            expect_oserror(lambda: placefs.release(fd, 0xdeadbeef), errno.ENOENT,
+                           "release of an unknown lease")
+            # A lease belongs to its descriptor.
+            r = placefs.stage(fd, "borrow")
+            fd2 = m.open("small")
+            try:
+                expect_oserror(lambda: placefs.release(fd2, r.lease), errno.ENOENT,
+                               "release through another descriptor")
+            finally:
+                os.close(fd2)
+            placefs.release(fd, r.lease)
+            # Malformed requests: version, size field, reserved, flags, mode.
+            for off, val, what in ((0, 2, "version 2"), (4, 319, "size 319"),
+                                   (12, 1, "flags 1"), (8, 7, "mode 7"),
+                                   (240, 1, "reserved[0] 1")):
+                buf = bytearray(placefs.STAGE_SIZE)
+                struct.pack_into("=IIII", buf, 0, placefs.IOC_VERSION, placefs.STAGE_SIZE,
+                                 placefs.STAGE_BORROW, 0)
+                struct.pack_into("=I", buf, off, val)
+                expect_oserror(lambda: fcntl.ioctl(fd, placefs.IOC_STAGE, buf, True),
+                               errno.EINVAL, "stage with %s" % what)
+            buf = bytearray(placefs.RING_INFO_SIZE)
+            struct.pack_into("=II", buf, 0, 7, placefs.RING_INFO_SIZE)
+            expect_oserror(lambda: fcntl.ioctl(fd, placefs.IOC_RING_INFO, buf, True),
+                           errno.EINVAL, "ring_info with version 7")
+            # An unknown command number with our magic.
+            expect_oserror(lambda: fcntl.ioctl(fd, placefs._iowr(0xB9, 0x09, 64),
+                                               bytearray(64), True),
+                           errno.ENOTTY, "unknown placefs command")
+        finally:
+            os.close(fd)
+        # The cpu-placed tensor: the daemon refuses to stage it, the module never asks.
+        fd = m.open("large")
+        try:
+            expect_oserror(lambda: placefs.stage(fd, "borrow"), errno.EFBIG,
+                           "borrow of the cpu-placed 9 MiB tensor")
+            expect_oserror(lambda: placefs.stage(fd, "copy", placefs.Destination.shm(
+                name, 0, 3 << 20)), errno.EFBIG, "copy of the cpu-placed 9 MiB tensor")
+        finally:
+            os.close(fd)
+        expect_raises(lambda: m.borrow("large"), ValueError, "'large' is placed on the cpu",
+                      "Mount.borrow of a cpu-placed tensor")
+        # ioctls on what is not a tensor file.
+        with open(os.path.join(mnt, ".placefs", "plan.json"), "rb") as f:
+            expect_oserror(lambda: placefs.ring_info(f), errno.ENOTTY, "ring_info on plan.json")
+    finally:
+        mm.close()
+        os.unlink("/dev/shm" + name)
+
+    # Mount.borrow: a view valid until release.
+    with m.borrow("small") as b:
+        check(bytes(b.view) == ref["small"][2] and b.tobytes() == ref["small"][2],
+              "Mount.borrow view differs from the checkpoint")
+    check(b.view is None and b.released, "Borrowed not released after the with block")
+    expect_raises(b.tobytes, RuntimeError, "released", "reading a released lease")
+
+    # load_state_dict in both modes, explicitly and through INSTANTTENSOR_COPY.
+    for mode in ("copy", "borrow"):
+        sd, rep = placefs.load(mnt, device="cpu", mode=mode)
+        check(rep.mode == mode, "report mode %s" % rep.mode)
+        check(rep.count == {"gpu": 1, "cpu": 1} and rep.bytes == {"gpu": 1 << 20,
+                                                                 "cpu": 9 << 20},
+              "report counts %r %r" % (rep.count, rep.bytes))
+        check_state_dict(sd, mnt, ref, limit, "seed load mode=%s" % mode)
+    for env, want in ((None, "copy"), ("1", "copy"), ("0", "borrow")):
+        if env is None:
+            os.environ.pop("INSTANTTENSOR_COPY", None)
+        else:
+            os.environ["INSTANTTENSOR_COPY"] = env
+        sd, rep = placefs.load(mnt, device="cpu")
+        check(rep.mode == want, "INSTANTTENSOR_COPY=%r gave mode %s" % (env, rep.mode))
+        check_state_dict(sd, mnt, ref, limit, "seed INSTANTTENSOR_COPY=%r" % env)
+        # The default device (cuda:0) on a host mount still loads into host memory.
+        sd = placefs.load_state_dict(mnt)
+        check_state_dict(sd, mnt, ref, limit, "seed default device, INSTANTTENSOR_COPY=%r"
+                         % env)
+    os.environ["INSTANTTENSOR_COPY"] = "yes"
+    expect_raises(lambda: placefs.load_state_dict(mnt, device="cpu"), ValueError,
+                  "^INSTANTTENSOR_COPY must be 0 or 1, got 'yes'$", "load with a bad "
+                  "INSTANTTENSOR_COPY")
+    os.environ.pop("INSTANTTENSOR_COPY")
+    # Copy mode must not leave shm objects of its own behind.
+    left = [x for x in os.listdir("/dev/shm") if x.startswith("placefs-py-%d-" % os.getpid())]
+    check(not left, "copy mode left shm objects behind: %r" % left)
+    check_no_leases(mnt, "seed")
+    ring.close()
+    done("seed")
+
+
+def wrap(mnt, source):
+    ref = reference(source)
+    m = placefs.Mount(mnt)
+    ri = check_host_ring(m, "wrap")
+    check(ri.ring_bytes == 8 << 20, "ring of %d bytes, expected 8 MiB" % ri.ring_bytes)
+    names = [t.name for t in m.tensors]
+    check(len(names) == 5 and all(t.nbytes == 4 << 20 and t.placement == "gpu"
+                                  for t in m.tensors), "wrap plan: %r" % m.tensors)
+    # Twice round: 10 tensors of 4 MiB through 8 MiB, each checked before
+    # release, first one at a time, then double-buffered (the previous lease
+    # is held while the next tensor is staged, so the ring must wrap).
+    for hold in (False, True):
+        offsets, prev = [], None
+        for name in names * 2:
+            b = m.borrow(name, timeout_ns=10 * 1000 * 1000 * 1000)
+            offsets.append(b.ring_offset)
+            check(b.ring_offset + b.nbytes <= ri.ring_bytes, "%s: span %d+%d outside the "
+                  "ring" % (name, b.ring_offset, b.nbytes))
+            check(bytes(b.view) == ref[name][2], "%s: borrowed bytes differ (ring offset %d)"
+                  % (name, b.ring_offset))
+            if prev is not None:
+                check(bytes(prev.view) == ref[prev.tensor.name][2], "%s: held lease changed "
+                      "while %s was staged" % (prev.tensor.name, name))
+                check(prev.ring_offset != b.ring_offset, "two live leases at ring offset %d"
+                      % b.ring_offset)
+                prev.release()
+            prev = b
+            if not hold:
+                b.release()
+                prev = None
+        if prev is not None:
+            prev.release()
+        if hold:
+            check(any(y < x for x, y in zip(offsets, offsets[1:])),
+                  "the ring never wrapped: offsets %r" % offsets)
+    # Closing the descriptor ends its leases: the ring is free again.
+    fd = m.open(names[3])
+    r1 = placefs.stage(fd, "borrow")
+    fd2 = m.open(names[4])
+    r2 = placefs.stage(fd2, "borrow")
+    os.close(fd)
+    os.close(fd2)
+    with m.borrow(names[0], timeout_ns=5 * 1000 * 1000 * 1000) as b:
+        check(bytes(b.view) == ref[names[0]][2], "stage after leases ended by close")
+    check(r1.lease != r2.lease, "two leases with the same id")
+    # The loaders, with several tensors in flight.
+    for mode in ("borrow", "copy"):
+        for workers in (1, 4):
+            sd = placefs.load_state_dict(mnt, device="cpu", mode=mode, workers=workers)
+            check_state_dict(sd, mnt, ref, 8 << 20, "wrap load mode=%s workers=%d" % (
+                mode, workers))
+    check_no_leases(mnt, "wrap")
+    m.close()
+    done("wrap")
+
+
+def wrapfull(mnt, source):
+    """A full ring: a stage times out, and fits once a lease is released.
+
+    Run last on its mount: it also covers the daemon's promise that
+    prefetched spans never keep a foreground stage waiting (lib/stage.h).
+    """
+    ref = reference(source)
+    m = placefs.Mount(mnt)
+    names = [t.name for t in m.tensors]
+    # Two leases fill the ring; a third stage waits and times out, then fits.
+    b1 = m.borrow(names[0])
+    b2 = m.borrow(names[1])
+    t0 = time.monotonic()
+    expect_oserror(lambda: m.borrow(names[2], timeout_ns=200 * 1000 * 1000), errno.ETIMEDOUT,
+                   "third 4 MiB lease in a full 8 MiB ring")
+    check(time.monotonic() - t0 >= 0.15, "the timed-out stage did not wait")
+    check(bytes(b1.view) == ref[names[0]][2] and bytes(b2.view) == ref[names[1]][2],
+          "held leases changed while another stage waited")
+    b1.release()
+    try:
+        b3 = m.borrow(names[2], timeout_ns=5 * 1000 * 1000 * 1000)
+    except OSError as e:
+        check(False, "a 4 MiB stage with 4 MiB of the 8 MiB ring free (one lease released) "
+              "failed: %s; lib/stage.h promises that prefetched spans never keep a foreground "
+              "stage waiting" % e)
+    else:
+        with b3:
+            check(bytes(b3.view) == ref[names[2]][2], "third tensor after a release")
+            check(bytes(b2.view) == ref[names[1]][2], "second lease overwritten by the third")
+    b2.release()
+    check_no_leases(mnt, "wrapfull")
+    m.close()
+    done("wrapfull")
+
+
+def mixed(mnt, source, limit):
+    limit = int(limit)
+    ref = reference(source)
+    m = placefs.Mount(mnt)
+    check_host_ring(m, "mixed")
+    check({t.placement for t in m.tensors} == {"gpu", "cpu"}, "mixed: expected both "
+          "placements")
+    for mode in ("copy", "borrow"):
+        for workers in (1, 3):
+            sd = placefs.load_state_dict(mnt, device="cpu", mode=mode, workers=workers)
+            check_state_dict(sd, mnt, ref, limit, "mixed load mode=%s workers=%d" % (
+                mode, workers))
+    # A Mount object can be passed in and reused (its ring map is shared).
+    with placefs.Mount(mnt) as mm:
+        sd = placefs.load_state_dict(mm, device="cpu", mode="borrow")
+        check_state_dict(sd, mnt, ref, limit, "mixed load through a Mount object")
+        sd = placefs.load_state_dict(mm, device="cpu", mode="copy")
+        check_state_dict(sd, mnt, ref, limit, "mixed load through a Mount object, copy")
+    check_no_leases(mnt, "mixed")
+    done("mixed")
+
+
+def none(mnt, source):
+    ref = reference(source)
+    m = placefs.Mount(mnt)
+    ri = m.ring_info()
+    check(ri.backend == placefs.BACKEND_NONE, "device=none mount reports %r" % ri)
+    gpu = [t for t in m.tensors if t.placement == "gpu"]
+    if check(gpu, "device=none test needs a gpu-placed tensor"):
+        fd = m.open(gpu[0].name)
+        try:
+            expect_oserror(lambda: placefs.stage(fd, "borrow"), errno.ENODEV,
+                           "borrow with -o device=none")
+        finally:
+            os.close(fd)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        sd = placefs.load_state_dict(mnt, device="cpu")
+    check(any("staging is disabled" in str(x.message) for x in w),
+          "no warning about disabled staging")
+    check_state_dict(sd, mnt, ref, None if m.buffer_size is None else m.buffer_size,
+                     "device=none load")
+    done("none")
+
+
+def cpuonly(mnt, source):
+    ref = reference(source)
+    m = placefs.Mount(mnt)
+    check(all(t.placement == "cpu" for t in m.tensors), "cpuonly: a gpu-placed tensor")
+    # No gpu tensor: no ioctl is needed at all.
+    for mode in ("copy", "borrow"):
+        sd = placefs.load_state_dict(mnt, device="cpu", mode=mode)
+        check_state_dict(sd, mnt, ref, m.buffer_size, "cpu-only load mode=%s" % mode)
+    done("cpuonly")
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"abi": abi, "offline": offline, "seed": seed, "wrap": wrap, "wrapfull": wrapfull,
+     "mixed": mixed, "none": none, "cpuonly": cpuonly}[cmd](*args)
