@@ -8,6 +8,7 @@ PLACEFS=$B/fs/placefs
 PLAN=$B/tools/placefs-plan
 MKCKPT=$B/tools/placefs-mkckpt
 READBENCH=$B/tests/bench/readbench
+PLACEFS_STAGE=$B/tools/placefs-stage
 
 bench_mounts=
 bench_cleanup() {

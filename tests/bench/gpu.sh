@@ -1,0 +1,152 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# GPU staging benchmark (needs a CUDA build, a GPU, python3 with torch and
+# safetensors). Everything in one run, side by side:
+#   - ceiling: cudaMemcpyAsync from one large pinned host buffer (torch);
+#   - peer: safetensors.torch.load_file(shard, device="cuda:0") for every shard;
+#   - placefs copy and borrow mode over every gpu-placed tensor (placefs-stage
+#     --all, from the first ioctl to the last byte on the device), and
+#     load_state_dict from tools/placefs.py;
+#   - time to the first tensor, the daemon's device memory and peak RSS;
+#   - from local disk with the page cache dropped, against dd iflag=direct of
+#     the same shard files (the storage ceiling).
+#
+#   tests/bench/gpu.sh [--layers N] [--limit SIZE] [--disk-layers N] [--disk-dir DIR]
+#
+# Default: 20 layers of a 4096/11008 Llama shape in bf16 (8.6 GB) in /dev/shm,
+# limit 128 MiB (the 250 MiB embedding and head go to the cpu). Results go to
+# stdout and ${OUT:-/tmp}/gpu-bench.txt.
+. "$(dirname "$0")/common.sh"
+layers=20
+limit=128MiB
+disk_layers=8
+disk_dir=/var/tmp
+while [ $# -gt 0 ]; do
+	case $1 in
+	--layers) layers=$2; shift ;;
+	--limit) limit=$2; shift ;;
+	--disk-layers) disk_layers=$2; shift ;;
+	--disk-dir) disk_dir=$2; shift ;;
+	*) echo "usage: $0 [--layers N] [--limit SIZE] [--disk-layers N] [--disk-dir DIR]" >&2; exit 2 ;;
+	esac
+	shift
+done
+out=${OUT:-/tmp}
+res=$out/gpu-bench.txt
+: >"$res"
+say() {
+	printf '%s\n' "$*" | tee -a "$res"
+}
+gbps_of() {
+	sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p' | head -n 1
+}
+ratio() {
+	python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b if b else 0))" "$1" "$2"
+}
+daemon_pid() {
+	pgrep -f "placefs .*$1\$" | head -n 1
+}
+gpu_mem_of() {
+	nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+		awk -F', *' -v p="$1" '$1 == p {print $2}'
+}
+
+bench_work=$(mktemp -d /dev/shm/placefs-gpu.XXXXXX)
+src=$bench_work/ckpt
+mnt=$bench_work/mnt
+"$MKCKPT" --quiet --llama "$layers:4096:11008:32000" --shards 4 --index "$src"
+total=$(du -sb "$src" | cut -f1)
+say "gpu-bench: $(nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader)"
+say "checkpoint: $layers layers, $total bytes in /dev/shm, staging limit $limit"
+"$PLAN" --buffer-size "$limit" "$src" | tail -n 4 | tee -a "$res"
+
+ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
+say "$ceil"
+ceil_g=$(printf '%s' "$ceil" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+peer=$(python3 "$top/tests/bench/gpu-ref.py" peer "$src")
+say "$peer"
+peer_g=$(printf '%s' "$peer" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+
+t0=$(now_ns)
+bench_mount "$src" "$mnt" -o "device=cuda:0,buffer_size=$limit"
+t1=$(now_ns)
+pid=$(daemon_pid "$mnt")
+say "mount (cuda ring + pinned buffers): $(python3 -c "print('%.3f' % (($t1-$t0)/1e9))") s"
+first=$(python3 - "$top/tools" "$mnt" <<'PY'
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import placefs
+m = placefs.Mount(sys.argv[2])
+gpu = [t for t in m.tensors if t.placement == "gpu" and t.nbytes > 0]
+t0 = time.perf_counter()
+fd = os.open(gpu[0].path, os.O_RDONLY)
+r = placefs.stage(fd, mode="borrow")
+placefs.release(fd, r.lease)
+os.close(fd)
+print("%.3f" % ((time.perf_counter() - t0) * 1e3))
+PY
+)
+say "time to first tensor (open + borrow stage + release): $first ms"
+for mode in copy borrow copy borrow; do
+	line=$("$PLACEFS_STAGE" --all "$mnt" --mode "$mode" -q | tail -n 1)
+	say "placefs-stage $mode: $line"
+	g=$(printf '%s\n' "$line" | gbps_of)
+	eval "best_$mode=\$(python3 -c \"print(max(float('\${best_$mode:-0}'), float('$g')))\")"
+done
+mem=$(gpu_mem_of "$pid")
+hwm=$(awk '/VmHWM/ {print $2 " " $3}' "/proc/$pid/status")
+py=$(python3 - "$top/tools" "$mnt" <<'PY'
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import torch, placefs
+torch.empty(1, device="cuda:0")
+for mode in ("copy", "borrow"):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    sd = placefs.load_state_dict(sys.argv[2], device="cuda:0", mode=mode)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
+    cb = sum(t.numel() * t.element_size() for t in sd.values() if not t.is_cuda)
+    print("load_state_dict %s: %d gpu bytes + %d cpu bytes in %.3f s: %.2f GB/s overall"
+          % (mode, gb, cb, dt, (gb + cb) / dt / 1e9))
+    del sd
+PY
+)
+say "$py"
+ring=$(python3 -c "import json;print(json.load(open('$mnt/.placefs/plan.json'))['ring_bytes'])")
+say "daemon device memory (nvidia-smi, incl. CUDA context): ${mem:-?} MiB; ring $ring bytes; peak RSS $hwm"
+cat "$mnt/.placefs/stats" >>"$res"
+echo >>"$res"
+bench_umount "$mnt"
+
+# Disk with a cold page cache.
+dsrc=$(mktemp -d "$disk_dir/placefs-disk.XXXXXX")
+bench_mounts="$bench_mounts"
+trap 'bench_cleanup; rm -rf "$dsrc"' EXIT INT TERM
+"$MKCKPT" --quiet --llama "$disk_layers:4096:11008:32000" --shards 4 --index "$dsrc/ckpt"
+sync
+echo 3 >/proc/sys/vm/drop_caches
+t0=$(now_ns)
+for f in "$dsrc"/ckpt/*.safetensors; do
+	dd if="$f" of=/dev/null bs=16M iflag=direct status=none
+done
+t1=$(now_ns)
+dbytes=$(cat "$dsrc"/ckpt/*.safetensors | wc -c)
+dd_g=$(python3 -c "print('%.2f' % ($dbytes/(($t1-$t0)/1e9)/1e9))")
+say "disk ceiling: dd iflag=direct bs=16M of $dbytes bytes in $disk_dir: $dd_g GB/s"
+echo 3 >/proc/sys/vm/drop_caches
+bench_mount "$dsrc/ckpt" "$mnt" -o "device=cuda:0,buffer_size=$limit"
+line=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+say "placefs-stage copy, cold cache from disk: $line"
+cold_g=$(printf '%s\n' "$line" | gbps_of)
+bench_umount "$mnt"
+
+say ""
+say "figure                               GB/s    ratio"
+say "$(printf '%-34s %7s  %s' 'pinned H2D ceiling (torch)' "$ceil_g" '1.00')"
+say "$(printf '%-34s %7s  %s' 'peer: safetensors load_file' "$peer_g" "$(ratio "$peer_g" "$ceil_g") x ceiling")"
+say "$(printf '%-34s %7s  %s' 'placefs copy (placefs-stage)' "$best_copy" "$(ratio "$best_copy" "$ceil_g") x ceiling, $(ratio "$best_copy" "$peer_g") x peer")"
+say "$(printf '%-34s %7s  %s' 'placefs borrow (placefs-stage)' "$best_borrow" "$(ratio "$best_borrow" "$best_copy") x copy")"
+say "$(printf '%-34s %7s  %s' 'disk ceiling: dd iflag=direct' "$dd_g" '1.00')"
+say "$(printf '%-34s %7s  %s' 'placefs copy, cold, from disk' "$cold_g" "$(ratio "$cold_g" "$dd_g") x dd")"
