@@ -53,11 +53,13 @@ printf '%-8s %10s %12s %10s %12s %10s %s\n' readers direct_GBps first_GBps first
 for t in $threads; do
 	d=$("$READBENCH" -t "$t" "$bench_work/direct.txt")
 	bench_mount "$src" "$mnt"
-	f=$("$READBENCH" -c -t "$t" "$bench_work/mount.txt")
-	r=$("$READBENCH" -c -t "$t" "$bench_work/mount.txt")
+	f=$("$READBENCH" -t "$t" "$bench_work/mount.txt")
+	r=$("$READBENCH" -t "$t" "$bench_work/mount.txt")
+	# Checksums cost ~1 GB/s of CPU, so they run untimed, after the timed reads.
+	v=$("$READBENCH" -c -t "$t" "$bench_work/mount.txt")
 	bench_umount "$mnt"
 	ok=yes
-	[ "$(field checksum "$f")" = "$refsum" ] && [ "$(field checksum "$r")" = "$refsum" ] || ok=NO
+	[ "$(field checksum "$v")" = "$refsum" ] || ok=NO
 	dg=$(field gbps "$d")
 	fg=$(field gbps "$f")
 	rg=$(field gbps "$r")
