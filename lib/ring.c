@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,10 +14,16 @@
 #define CANCEL_POLL_NS (50ULL * 1000 * 1000)
 
 struct span {
+	uint64_t id;
 	uint64_t off;
 	uint64_t len;  /* aligned length: the bytes this span keeps from others */
 	bool released; /* released by its owner, not yet reclaimed */
-	bool wrapped;  /* placed at 0 because the end of the ring was too short */
+	/*
+	 * Placed at 0 because the end of the ring was too short, and still the
+	 * wrap point: only a span after the oldest one keeps this flag, so the
+	 * ring is wrapped exactly when one of them has it.
+	 */
+	bool wrapped;
 };
 
 /* A request waiting for space; lives on the waiting thread's stack. */
@@ -32,15 +39,16 @@ struct placefs_ring {
 	uint64_t align;
 
 	/*
-	 * Live spans in allocation order, a circular array. Their ids are
-	 * exactly [first_id, next_id) because reclamation is in order, so a
-	 * span is found by arithmetic.
+	 * Unreclaimed spans in allocation order, a circular array. Both ends
+	 * are always unreleased (released spans there are reclaimed at once);
+	 * released spans in between wait for one side to go. Ids increase
+	 * along the array but have gaps where the newest spans were reclaimed,
+	 * so a span is found by binary search.
 	 */
 	struct span *spans;
 	size_t slots;
 	size_t first;
 	size_t count;
-	uint64_t first_id;
 	uint64_t next_id;
 
 	uint64_t head; /* end of the newest span: where the next one goes */
@@ -119,7 +127,6 @@ int placefs_ring_create(uint64_t capacity, uint64_t align, struct placefs_ring *
 	pthread_condattr_destroy(&ca);
 	r->capacity = capacity;
 	r->align = align;
-	r->first_id = 1;
 	r->next_id = 1;
 	r->st.capacity = capacity;
 	r->st.align = align;
@@ -225,10 +232,12 @@ static uint64_t place(struct placefs_ring *r, uint64_t n, uint64_t off, bool wra
 		end = pad <= r->capacity - end ? end + pad : r->capacity;
 	}
 	len = end - off;
+	s->id = r->next_id;
 	s->off = off;
 	s->len = len;
 	s->released = false;
-	s->wrapped = wrap;
+	/* The first span cannot be a wrap point (see struct span). */
+	s->wrapped = wrap && r->count > 0;
 	r->count++;
 	r->head = end;
 	if (wrap) {
@@ -363,41 +372,101 @@ int placefs_ring_alloc(struct placefs_ring *ring, uint64_t nbytes, const struct 
 	return rc;
 }
 
+/* The index of span `id` in allocation order, or -1 when it is not recorded; lock held. */
+static ptrdiff_t span_find(struct placefs_ring *r, uint64_t id)
+{
+	size_t lo = 0, hi = r->count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint64_t m = span_at(r, mid)->id;
+
+		if (m == id)
+			return (ptrdiff_t)mid;
+		if (m < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+/* Forgets every span; lock held. */
+static void reset_empty(struct placefs_ring *r)
+{
+	r->first = 0;
+	r->head = 0;
+	r->wrapped = false;
+}
+
+/* Reclaims the oldest span, which is released; lock held. */
+static void reclaim_oldest(struct placefs_ring *r)
+{
+	struct span *s = &r->spans[r->first];
+
+	STAT_SET(r, used, STAT_GET(r, used) - s->len);
+	r->first = (r->first + 1) % r->slots;
+	r->count--;
+	if (r->count == 0) {
+		reset_empty(r);
+		return;
+	}
+	s = &r->spans[r->first];
+	if (s->wrapped) {
+		/* The oldest span is now the one that wrapped: one region again. */
+		s->wrapped = false;
+		r->wrapped = false;
+	}
+}
+
+/*
+ * Reclaims the newest span, which is released: the head moves back to the
+ * end of the span before it. When the newest span was the wrap point, that
+ * end is where the head stood before the wrap, and the ring is one region
+ * again (the gap left at the end is free once more). Lock held.
+ */
+static void reclaim_newest(struct placefs_ring *r)
+{
+	struct span *s = span_at(r, r->count - 1), *prev;
+
+	STAT_SET(r, used, STAT_GET(r, used) - s->len);
+	r->count--;
+	if (r->count == 0) {
+		reset_empty(r);
+		return;
+	}
+	if (s->wrapped)
+		r->wrapped = false;
+	prev = span_at(r, r->count - 1);
+	r->head = prev->off + prev->len;
+}
+
 int placefs_ring_release(struct placefs_ring *ring, uint64_t span_id)
 {
 	struct placefs_ring *r = ring;
-	struct span *s;
-	bool freed = false;
+	uint64_t before;
+	ptrdiff_t i;
 
 	pthread_mutex_lock(&r->lock);
-	if (span_id < r->first_id || span_id >= r->next_id) {
+	i = span_find(r, span_id);
+	if (i < 0 || span_at(r, (size_t)i)->released) {
 		pthread_mutex_unlock(&r->lock);
 		return -ENOENT;
 	}
-	s = span_at(r, (size_t)(span_id - r->first_id));
-	if (s->released) {
-		pthread_mutex_unlock(&r->lock);
-		return -ENOENT;
-	}
-	s->released = true;
+	span_at(r, (size_t)i)->released = true;
 	STAT_ADD(r, releases, 1);
-	/* Reclaim from the oldest end only. */
-	while (r->count > 0 && r->spans[r->first].released) {
-		STAT_SET(r, used, STAT_GET(r, used) - r->spans[r->first].len);
-		r->first = (r->first + 1) % r->slots;
-		r->count--;
-		r->first_id++;
-		freed = true;
-		if (r->count == 0) {
-			r->head = 0;
-			r->wrapped = false;
-		} else if (r->wrapped && r->spans[r->first].wrapped) {
-			/* The oldest span is now the one that wrapped: one region again. */
-			r->wrapped = false;
-		}
-	}
+	/*
+	 * Reclaim from both ends, so a released span never waits for spans
+	 * allocated after it to go (the newest span may be released first, as
+	 * when the stager gives back a prefetched span under pressure).
+	 */
+	before = r->count;
+	while (r->count > 0 && r->spans[r->first].released)
+		reclaim_oldest(r);
+	while (r->count > 0 && span_at(r, r->count - 1)->released)
+		reclaim_newest(r);
 	STAT_SET(r, live, (uint64_t)r->count);
-	if (freed && r->wq_head)
+	if (r->count != before && r->wq_head)
 		pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
 	return 0;

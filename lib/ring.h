@@ -10,9 +10,15 @@
  *   crosses the end of the ring: when it does not fit between the newest span
  *   and the end, it wraps to offset 0, and the gap at the end stays unused
  *   until the oldest spans before it are gone.
- * - Spans may be released in any order, but space is reclaimed in allocation
- *   order: the oldest live span pins everything allocated after it. Span ids
- *   are non-zero and increase with every allocation.
+ * - Spans may be released in any order. Space comes back from both ends of
+ *   the allocation order: releasing the oldest spans moves the tail past
+ *   them, releasing the newest spans moves the head back to the end of the
+ *   newest span still held (undoing a wrap when it moves back past one). A
+ *   released span between two held ones stays reserved until every span on
+ *   one side of it is released too. So the free space is always exactly
+ *   what lies outside the circular range from the start of the oldest
+ *   unreleased span to the end of the newest one. Span ids are non-zero and
+ *   increase with every allocation; an id is never reused.
  * - A request larger than the capacity fails at once with -EFBIG: the ring
  *   never grows. Every other request waits (backpressure) until space is
  *   free. Waiters are served strictly in arrival order, so a large request
@@ -37,9 +43,16 @@ struct placefs_ring;
 struct placefs_ring_stats {
 	uint64_t capacity;
 	uint64_t align;
-	uint64_t used;       /* bytes of spans not yet reclaimed (aligned lengths) */
+	/*
+	 * Bytes of the spans not yet reclaimed: the sum of the aligned lengths
+	 * (length rounded up to the alignment, the last span cut at the
+	 * capacity) of every span from the oldest to the newest unreleased one,
+	 * released ones in between included. The gap at the end while wrapped
+	 * is not counted.
+	 */
+	uint64_t used;
 	uint64_t high_water; /* largest `used` seen */
-	uint64_t live;       /* spans not yet reclaimed */
+	uint64_t live;       /* spans not yet reclaimed (as for `used`) */
 	uint64_t waiting;    /* requests waiting for space now */
 	uint64_t allocs;     /* successful allocations */
 	uint64_t releases;   /* successful releases */
@@ -82,9 +95,11 @@ int placefs_ring_alloc(struct placefs_ring *ring, uint64_t nbytes, const struct 
                        const int *cancel, uint64_t *offset, uint64_t *span_id);
 
 /*
- * Releases a live span. Its bytes (and those of any released spans after it)
- * become reusable once every older span is released too. Returns 0, or
- * -ENOENT when `span_id` is not a live, unreleased span.
+ * Releases a live span. Its bytes become reusable at once when it is the
+ * oldest or the newest unreclaimed span (together with released spans next
+ * to it), otherwise as soon as every span on one side of it is released.
+ * Waiters are woken when space comes back. Returns 0, or -ENOENT when
+ * `span_id` is not a live, unreleased span.
  */
 int placefs_ring_release(struct placefs_ring *ring, uint64_t span_id);
 

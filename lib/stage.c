@@ -136,6 +136,12 @@ struct placefs_stager {
 	struct pf_entry *pf;
 	unsigned pf_held;
 	unsigned pf_flight;
+	/*
+	 * Foreground requests between choosing to allocate and getting (or
+	 * giving up on) their span: prefetch takes no space meanwhile, so it
+	 * never wins space a foreground request is about to ask for.
+	 */
+	unsigned fg_allocating;
 
 	struct counters c; /* atomic fields */
 };
@@ -479,22 +485,39 @@ static void pf_evict(struct placefs_stager *st, struct pf_entry *e)
 	free(e);
 }
 
-/* Ring pressure hook: a foreground request must wait, so prefetch yields. */
-static void pf_on_pressure(void *arg)
+/*
+ * Prefetch yields to a foreground request that lacks space: every unadopted
+ * prefetched span is given back, finished ones at once (the ring reclaims
+ * them when they are at either end of its allocation order, as a prefetch
+ * made after the foreground spans is), those in flight as soon as their job
+ * ends. Returns how many were given back at once. Lock held.
+ */
+static unsigned pf_yield(struct placefs_stager *st)
 {
-	struct placefs_stager *st = arg;
 	struct pf_entry *e, *next;
+	unsigned n = 0;
 
-	pthread_mutex_lock(&st->lock);
 	for (e = st->pf; e; e = next) {
 		next = e->next;
 		if (e->adopted)
 			continue;
-		if (e->state == PF_DONE)
+		if (e->state == PF_DONE) {
 			pf_evict(st, e);
-		else
+			n++;
+		} else {
 			e->evict = true;
+		}
 	}
+	return n;
+}
+
+/* Ring pressure hook: a foreground request must wait, so prefetch yields. */
+static void pf_on_pressure(void *arg)
+{
+	struct placefs_stager *st = arg;
+
+	pthread_mutex_lock(&st->lock);
+	pf_yield(st);
 	pthread_mutex_unlock(&st->lock);
 }
 
@@ -536,7 +559,8 @@ static void *pf_main(void *arg)
 		int rc;
 
 		if (st->cursor >= st->nhints || st->pf_held >= PLACEFS_STAGE_PREFETCH_MAX ||
-		    st->pf_flight >= 2 * st->nthreads || placefs_ring_waiting(st->ring) > 0) {
+		    st->pf_flight >= 2 * st->nthreads || st->fg_allocating > 0 ||
+		    placefs_ring_waiting(st->ring) > 0) {
 			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
 			continue;
 		}
@@ -893,10 +917,28 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	}
 	if (key)
 		pf_advance(st, key);
+	st->fg_allocating++;
 	pthread_mutex_unlock(&st->lock);
 
 	rc = placefs_ring_alloc(st->ring, nbytes, opts ? opts->deadline : NULL,
 	                        opts ? opts->cancel : NULL, &ring_off, &span_id);
+	pthread_mutex_lock(&st->lock);
+	/*
+	 * A request whose deadline had already passed on entry was a
+	 * try-allocation: it never waited, so the ring never called the
+	 * pressure hook. Prefetched spans must not make it fail either: give
+	 * them back and try once more. (After a real wait the hook has already
+	 * done this and prefetch has taken nothing since, so there is normally
+	 * nothing to give back.) The deadline has passed, so this retry is a
+	 * try as well: it never waits and never calls the hook, which would
+	 * need st->lock.
+	 */
+	if (rc == -ETIMEDOUT && opts && pf_yield(st) > 0)
+		rc = placefs_ring_alloc(st->ring, nbytes, opts->deadline, opts->cancel, &ring_off,
+		                        &span_id);
+	if (--st->fg_allocating == 0)
+		pthread_cond_signal(&st->pf_cond);
+	pthread_mutex_unlock(&st->lock);
 	t1 = now_ns();
 	out->wait_ns = t1 - t0;
 	switch (rc) {

@@ -20,10 +20,15 @@
  *
  * Prefetch: placefs_stager_prefetch() gives the tensors the loader will ask
  * for next, in order. The prefetch thread stages them into free ring space
- * with low priority and only when no foreground request is waiting; a later
- * stage of the same key adopts the prefetched span. When a foreground
- * request has to wait for space, unadopted prefetched spans are given back
- * at once, so prefetch never blocks a foreground stage.
+ * with low priority and only when no foreground request is waiting for (or
+ * about to ask for) space; a later stage of the same key adopts the
+ * prefetched span. When a foreground request lacks space (it has to wait, or
+ * its deadline has already passed), unadopted prefetched spans are given
+ * back at once (those still being read as soon as they finish), and the ring
+ * reclaims a released span at either end of its allocation order at once.
+ * So prefetch never blocks a foreground stage, with one exception: a
+ * prefetched span allocated between two spans that are still leased stays
+ * reserved until one side of it is released (see lib/ring.h).
  *
  * Memory: device memory for tensor data is the ring alone; pinned memory is
  * the backend's bounce chunks alone (<= host_buffer). Neither grows.
@@ -156,7 +161,8 @@ int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_o
                               struct placefs_error *err);
 
 /*
- * Ends a lease; its ring space is reused once older spans are gone too.
+ * Ends a lease; its ring space is reused as lib/ring.h describes (at once
+ * when it is the oldest or the newest span in the ring).
  * A lease being copied out is ended when the copy finishes. -ENOENT when
  * unknown. With owner != 0 the lease must belong to that owner (-ENOENT
  * otherwise), so one client cannot end another's lease.

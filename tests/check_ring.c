@@ -181,11 +181,13 @@ START_TEST(test_zero_bytes)
 	z2 = take(r, 0, 100);
 	ck_assert_uint_ne(z1, z2);
 	ck_assert_int_eq(placefs_ring_release(r, full), 0);
-	ck_assert_int_eq(placefs_ring_release(r, z2), 0);
-	/* z1 is the oldest span: nothing is reclaimed until it goes. */
+	/* `full` lies between two live (empty) spans: it is not reclaimed yet. */
 	no_room(r, 1);
+	ck_assert_int_eq(placefs_ring_release(r, z2), 0);
+	/* z2 and then `full` were the newest: the head is back at z1, which covers nothing. */
+	full = take(r, 100, 0);
 	ck_assert_int_eq(placefs_ring_release(r, z1), 0);
-	ck_assert_int_eq(placefs_ring_release(r, take(r, 100, 0)), 0);
+	ck_assert_int_eq(placefs_ring_release(r, full), 0);
 	placefs_ring_free(r);
 }
 END_TEST
@@ -220,31 +222,194 @@ START_TEST(test_wrap_around)
 }
 END_TEST
 
+static uint64_t used_of(struct placefs_ring *r)
+{
+	struct placefs_ring_stats st;
+
+	placefs_ring_stats(r, &st);
+	return st.used;
+}
+
+static uint64_t live_of(struct placefs_ring *r)
+{
+	struct placefs_ring_stats st;
+
+	placefs_ring_stats(r, &st);
+	return st.live;
+}
+
 START_TEST(test_out_of_order_release)
 {
 	struct placefs_ring *r = mk(300, 1);
 	uint64_t a, b, c;
 
+	/* The middle span alone: pinned by a (older) and c (newer). */
 	a = take(r, 100, 0);
 	b = take(r, 100, 100);
 	c = take(r, 100, 200);
-	ck_assert_int_eq(placefs_ring_release(r, c), 0);
 	ck_assert_int_eq(placefs_ring_release(r, b), 0);
-	/* a still pins everything allocated after it. */
 	no_room(r, 1);
+	ck_assert_uint_eq(used_of(r), 300);
+	ck_assert_uint_eq(live_of(r), 3);
+	/* Then the oldest: a and b are reclaimed, c at [200, 300) is the oldest. */
 	ck_assert_int_eq(placefs_ring_release(r, a), 0);
-	take(r, 300, 0);
+	ck_assert_uint_eq(used_of(r), 100);
+	take(r, 200, 0); /* after a wrap */
 	placefs_ring_free(r);
 
-	/* Releasing the middle first, then the oldest, reclaims both. */
+	/* The middle span, then the newest: the head moves back past both. */
 	r = mk(300, 1);
 	a = take(r, 100, 0);
 	b = take(r, 100, 100);
 	c = take(r, 100, 200);
 	ck_assert_int_eq(placefs_ring_release(r, b), 0);
+	ck_assert_int_eq(placefs_ring_release(r, c), 0);
+	ck_assert_uint_eq(used_of(r), 100);
+	ck_assert_uint_eq(live_of(r), 1);
+	b = take(r, 200, 100); /* no wrap: right after a */
+	no_room(r, 1);
 	ck_assert_int_eq(placefs_ring_release(r, a), 0);
-	/* c at [200, 300) is now the oldest: [0, 200) is free after a wrap. */
-	take(r, 200, 0);
+	ck_assert_int_eq(placefs_ring_release(r, b), 0);
+	ck_assert_uint_eq(used_of(r), 0);
+	placefs_ring_free(r);
+}
+END_TEST
+
+/* Releasing the newest spans first gives their space back at once. */
+START_TEST(test_head_retreat)
+{
+	struct placefs_ring *r = mk(1000, 8);
+	struct placefs_ring_stats st;
+	uint64_t a, b, c, c2, d;
+
+	a = take(r, 100, 0);   /* [0, 104) */
+	b = take(r, 200, 104); /* [104, 304) */
+	c = take(r, 5, 304);   /* [304, 312) */
+	ck_assert_int_eq(placefs_ring_release(r, c), 0);
+	ck_assert_uint_eq(used_of(r), 304);
+	/* The same offset again, under a new id; the old one stays dead. */
+	c2 = take(r, 696, 304);
+	ck_assert_uint_gt(c2, c);
+	ck_assert_int_eq(placefs_ring_release(r, c), -ENOENT);
+	no_room(r, 1);
+	ck_assert_int_eq(placefs_ring_release(r, c2), 0);
+	ck_assert_int_eq(placefs_ring_release(r, b), 0);
+	ck_assert_uint_eq(used_of(r), 104);
+	ck_assert_uint_eq(live_of(r), 1);
+	/* Only a is left: [104, 1000) is free, no wrap needed. */
+	d = take(r, 896, 104);
+	placefs_ring_stats(r, &st);
+	ck_assert_uint_eq(st.used, 1000);
+	ck_assert_uint_eq(st.high_water, 1000);
+	ck_assert_uint_eq(st.wraps, 0);
+	/* Newest first, down to nothing: the ring starts over at 0. */
+	ck_assert_int_eq(placefs_ring_release(r, d), 0);
+	ck_assert_int_eq(placefs_ring_release(r, a), 0);
+	placefs_ring_stats(r, &st);
+	ck_assert_uint_eq(st.used, 0);
+	ck_assert_uint_eq(st.live, 0);
+	ck_assert_uint_eq(st.allocs, 5);
+	ck_assert_uint_eq(st.releases, 5);
+	ck_assert_int_eq(placefs_ring_release(r, take(r, 1000, 0)), 0);
+	placefs_ring_free(r);
+}
+END_TEST
+
+/* The head moving back across a wrap restores the ring as it was before the wrap. */
+START_TEST(test_head_retreat_wrap)
+{
+	struct placefs_ring *r = mk(100, 1);
+	struct placefs_ring_stats st;
+	uint64_t a, b, c, d, e;
+
+	a = take(r, 40, 0);
+	b = take(r, 40, 40);
+	ck_assert_int_eq(placefs_ring_release(r, a), 0);
+	c = take(r, 30, 0); /* wraps: [80, 100) is too short */
+	d = take(r, 5, 30);
+	/* Back within the wrapped part: [35, 40) again, [80, 100) still unusable. */
+	ck_assert_int_eq(placefs_ring_release(r, d), 0);
+	ck_assert_uint_eq(used_of(r), 70);
+	d = take(r, 10, 30);
+	no_room(r, 1);
+	/* Back past the wrap point: no longer wrapped, [80, 100) is usable again. */
+	ck_assert_int_eq(placefs_ring_release(r, d), 0);
+	ck_assert_int_eq(placefs_ring_release(r, c), 0);
+	ck_assert_uint_eq(used_of(r), 40);
+	ck_assert_uint_eq(live_of(r), 1);
+	c = take(r, 20, 80);
+	/* The end is full now; [0, 40) is free and the next span wraps into it. */
+	d = take(r, 40, 0);
+	no_room(r, 1);
+	placefs_ring_stats(r, &st);
+	ck_assert_uint_eq(st.wraps, 2);
+	ck_assert_uint_eq(st.used, 100);
+	/* A span released in the middle (c), then the wrapped newest one (d). */
+	ck_assert_int_eq(placefs_ring_release(r, c), 0);
+	no_room(r, 1);
+	ck_assert_int_eq(placefs_ring_release(r, d), 0);
+	/* d and c are reclaimed: the head is back at the end of b. */
+	ck_assert_uint_eq(used_of(r), 40);
+	e = take(r, 40, 0); /* [80, 100) is too short for 40: wraps, below b */
+	ck_assert_int_eq(placefs_ring_release(r, e), 0);
+	e = take(r, 20, 80);
+	/* The oldest then the newest: nothing left, the ring starts over at 0. */
+	ck_assert_int_eq(placefs_ring_release(r, b), 0);
+	ck_assert_uint_eq(used_of(r), 20);
+	ck_assert_int_eq(placefs_ring_release(r, e), 0);
+	placefs_ring_stats(r, &st);
+	ck_assert_uint_eq(st.used, 0);
+	ck_assert_uint_eq(st.live, 0);
+	ck_assert_uint_eq(st.wraps, 3);
+	ck_assert_int_eq(placefs_ring_release(r, take(r, 100, 0)), 0);
+	placefs_ring_free(r);
+}
+END_TEST
+
+/* Released spans in the middle are reclaimed once either side is gone. */
+START_TEST(test_release_interleaved)
+{
+	struct placefs_ring *r = mk(500, 1);
+	uint64_t id[5];
+	unsigned i;
+
+	for (i = 0; i < 5; i++)
+		id[i] = take(r, 100, i * 100);
+	ck_assert_int_eq(placefs_ring_release(r, id[1]), 0);
+	ck_assert_int_eq(placefs_ring_release(r, id[3]), 0);
+	ck_assert_uint_eq(used_of(r), 500);
+	ck_assert_uint_eq(live_of(r), 5);
+	/* The newest goes: 4 and 3 are reclaimed, 2 is the newest now. */
+	ck_assert_int_eq(placefs_ring_release(r, id[4]), 0);
+	ck_assert_uint_eq(used_of(r), 300);
+	ck_assert_uint_eq(live_of(r), 3);
+	/* The oldest goes: 0 and 1 are reclaimed, only 2 is left. */
+	ck_assert_int_eq(placefs_ring_release(r, id[0]), 0);
+	ck_assert_uint_eq(used_of(r), 100);
+	ck_assert_uint_eq(live_of(r), 1);
+	/* Free: [300, 500) at the end and [0, 200) after a wrap. */
+	id[3] = take(r, 200, 300);
+	id[4] = take(r, 150, 0);
+	id[0] = take(r, 50, 150);
+	no_room(r, 1);
+	ck_assert_uint_eq(used_of(r), 500);
+	/* The wrapped span in the middle: pinned. */
+	ck_assert_int_eq(placefs_ring_release(r, id[4]), 0);
+	ck_assert_uint_eq(used_of(r), 500);
+	no_room(r, 1);
+	ck_assert_int_eq(placefs_ring_release(r, id[2]), 0);
+	ck_assert_uint_eq(used_of(r), 400);
+	/* The newest, then the wrapped one: the ring is unwrapped, [0, 300) is free. */
+	ck_assert_int_eq(placefs_ring_release(r, id[0]), 0);
+	ck_assert_uint_eq(used_of(r), 200);
+	ck_assert_uint_eq(live_of(r), 1);
+	id[0] = take(r, 300, 0);
+	ck_assert_int_eq(placefs_ring_release(r, id[3]), 0);
+	ck_assert_int_eq(placefs_ring_release(r, id[0]), 0);
+	ck_assert_uint_eq(used_of(r), 0);
+	ck_assert_uint_eq(live_of(r), 0);
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(placefs_ring_release(r, id[i]), -ENOENT);
 	placefs_ring_free(r);
 }
 END_TEST
@@ -259,7 +424,7 @@ START_TEST(test_bad_release)
 	a = take(r, 10, 0);
 	b = take(r, 10, 10);
 	ck_assert_int_eq(placefs_ring_release(r, b), 0);
-	ck_assert_int_eq(placefs_ring_release(r, b), -ENOENT); /* released, not reclaimed */
+	ck_assert_int_eq(placefs_ring_release(r, b), -ENOENT); /* released and reclaimed */
 	ck_assert_int_eq(placefs_ring_release(r, a), 0);
 	ck_assert_int_eq(placefs_ring_release(r, a), -ENOENT); /* reclaimed */
 	ck_assert_int_eq(placefs_ring_release(r, 99), -ENOENT);
@@ -493,10 +658,260 @@ START_TEST(test_pressure_hook)
 }
 END_TEST
 
-/* ---- randomized stress: no two live spans ever overlap ---------------------- */
+/*
+ * ---- randomized model check: exact state after every operation --------------
+ *
+ * A model of the ring's documented rules, kept beside a real ring through
+ * random allocations and releases in random order. The model records the
+ * unreclaimed spans in allocation order; released spans at either end are
+ * dropped at once. From the model alone:
+ * - used == the sum of the aligned lengths of the recorded spans, where the
+ *   aligned length of n bytes at off is min(roundup(off + n, align), cap) - off;
+ *   live == their number; high_water == the largest used seen;
+ * - tail = start of the oldest recorded span, head = end of the newest; the
+ *   ring is wrapped when two consecutive recorded spans are not contiguous
+ *   (only a wrap breaks contiguity); the free space is [head, cap) and
+ *   [0, tail), or [head, tail) when wrapped;
+ * - a request that fits the free space is granted at once, at the predicted
+ *   offset (it is made with a 1 s deadline, so a ring that wrongly waits fails
+ *   the test instead of hanging it), and one that does not fit is refused.
+ */
+
+#define MODEL_MAX 4096
+
+struct mspan {
+	uint64_t id, off, len, n;
+	int released;
+};
+
+struct model {
+	struct placefs_ring *r;
+	uint64_t cap, align;
+	struct mspan s[MODEL_MAX]; /* s[0] is the oldest */
+	unsigned count;
+	uint64_t used, high, allocs, releases, wraps;
+};
+
+static uint64_t m_alen(const struct model *m, uint64_t off, uint64_t n)
+{
+	uint64_t end = off + n;
+
+	if (end % m->align != 0)
+		end += m->align - end % m->align;
+	return (end < m->cap ? end : m->cap) - off;
+}
+
+static int m_wrapped(const struct model *m)
+{
+	unsigned i;
+
+	for (i = 1; i < m->count; i++)
+		if (m->s[i].off != m->s[i - 1].off + m->s[i - 1].len)
+			return 1;
+	return 0;
+}
+
+static uint64_t m_head(const struct model *m)
+{
+	return m->count ? m->s[m->count - 1].off + m->s[m->count - 1].len : 0;
+}
+
+/* Where n bytes would go now: 1 with *off (and *wrap), or 0 when they do not fit. */
+static int m_fit(const struct model *m, uint64_t n, uint64_t *off, int *wrap)
+{
+	uint64_t head = m_head(m), tail;
+
+	*wrap = 0;
+	if (m->count == 0) {
+		*off = 0;
+		return n <= m->cap;
+	}
+	tail = m->s[0].off;
+	if (m_wrapped(m)) {
+		*off = head;
+		return n <= tail - head;
+	}
+	if (n <= m->cap - head) {
+		*off = head;
+		return 1;
+	}
+	*off = 0;
+	*wrap = 1;
+	return n <= tail;
+}
+
+static uint64_t m_max_fit(const struct model *m)
+{
+	uint64_t head = m_head(m), tail;
+
+	if (m->count == 0)
+		return m->cap;
+	tail = m->s[0].off;
+	if (m_wrapped(m))
+		return tail - head;
+	return m->cap - head > tail ? m->cap - head : tail;
+}
+
+static void m_check(const struct model *m, const char *after)
+{
+	struct placefs_ring_stats st;
+	uint64_t sum = 0;
+	unsigned i;
+
+	for (i = 0; i < m->count; i++)
+		sum += m->s[i].len;
+	placefs_ring_stats(m->r, &st);
+	ck_assert_msg(st.used == sum && sum == m->used, "after %s: used %llu, model %llu", after,
+	              (unsigned long long)st.used, (unsigned long long)sum);
+	ck_assert_msg(st.live == m->count, "after %s: live %llu, model %u", after,
+	              (unsigned long long)st.live, m->count);
+	ck_assert_uint_eq(st.high_water, m->high);
+	ck_assert_uint_eq(st.allocs, m->allocs);
+	ck_assert_uint_eq(st.releases, m->releases);
+	ck_assert_uint_eq(st.wraps, m->wraps);
+	ck_assert_uint_eq(st.waiting, 0);
+	ck_assert_uint_eq(st.waits, 0); /* nothing that fits ever waited */
+}
+
+/* Allocates n bytes on both sides; returns 1 when granted. */
+static int m_alloc(struct model *m, uint64_t n)
+{
+	uint64_t off = 0, id = 0, want;
+	struct timespec dl;
+	int wrap, rc;
+
+	if (!m_fit(m, n, &want, &wrap) || m->count == MODEL_MAX) {
+		if (m->count < MODEL_MAX) {
+			rc = placefs_ring_alloc(m->r, n, &PAST, NULL, &off, &id);
+			ck_assert_msg(rc == (n > m->cap ? -EFBIG : -ETIMEDOUT),
+			              "%llu bytes do not fit the model, ring says %d",
+			              (unsigned long long)n, rc);
+		}
+		return 0;
+	}
+	dl = in_ms(1000);
+	rc = placefs_ring_alloc(m->r, n, &dl, NULL, &off, &id);
+	ck_assert_msg(rc == 0, "%llu bytes fit the model (max %llu), ring says %d",
+	              (unsigned long long)n, (unsigned long long)m_max_fit(m), rc);
+	ck_assert_msg(off == (n == 0 ? want - want % m->align : want),
+	              "%llu bytes at %llu, model says %llu", (unsigned long long)n,
+	              (unsigned long long)off, (unsigned long long)want);
+	ck_assert(m->count == 0 || id > m->s[m->count - 1].id);
+	m->s[m->count++] = (struct mspan){id, want, m_alen(m, want, n), n, 0};
+	m->used += m->s[m->count - 1].len;
+	if (m->used > m->high)
+		m->high = m->used;
+	m->allocs++;
+	m->wraps += (uint64_t)wrap;
+	return 1;
+}
+
+static void m_release(struct model *m, unsigned k)
+{
+	unsigned drop = 0;
+
+	ck_assert_int_eq(placefs_ring_release(m->r, m->s[k].id), 0);
+	ck_assert_int_eq(placefs_ring_release(m->r, m->s[k].id), -ENOENT);
+	m->s[k].released = 1;
+	m->releases++;
+	while (m->count > 0 && m->s[m->count - 1].released)
+		m->used -= m->s[--m->count].len;
+	while (drop < m->count && m->s[drop].released)
+		m->used -= m->s[drop++].len;
+	memmove(m->s, m->s + drop, (m->count - drop) * sizeof(m->s[0]));
+	m->count -= drop;
+}
+
+START_TEST(test_random_model)
+{
+	static const uint64_t caps[] = {1000, 4096, 65536 + 17, 300};
+	static const uint64_t aligns[] = {1, 256, 8, 64};
+	static struct model m;
+	unsigned v;
+
+	for (v = 0; v < 4; v++) {
+		unsigned seed = 99 + v, i, granted = 0;
+
+		memset(&m, 0, sizeof(m));
+		m.cap = caps[v];
+		m.align = aligns[v];
+		m.r = mk(m.cap, m.align);
+		for (i = 0; i < 20000; i++) {
+			unsigned x = (unsigned)rand_r(&seed) % 100, held = 0, k;
+			uint64_t n;
+
+			for (k = 0; k < m.count; k++)
+				held += !m.s[k].released;
+			if (held > 0 && (x < 45 || held > 40)) {
+				/* A random unreleased span: oldest, newest or anywhere. */
+				unsigned pick = (unsigned)rand_r(&seed) % held;
+
+				for (k = 0; k < m.count; k++)
+					if (!m.s[k].released && pick-- == 0)
+						break;
+				m_release(&m, k);
+				m_check(&m, "release");
+				continue;
+			}
+			if (x < 50) {
+				/* Exactly the largest free piece, then one byte more. */
+				n = m_max_fit(&m);
+				if (n < m.cap)
+					ck_assert(!m_alloc(&m, n + 1));
+				granted += (unsigned)m_alloc(&m, n);
+			} else if (x < 53) {
+				granted += (unsigned)m_alloc(&m, 0);
+			} else if (x < 55) {
+				granted += (unsigned)m_alloc(&m, m.cap + (x & 1));
+			} else {
+				n = 1 + (uint64_t)rand_r(&seed) % (x < 70 ? m.cap / 3 : m.cap / 20);
+				granted += (unsigned)m_alloc(&m, n);
+			}
+			m_check(&m, "alloc");
+		}
+		ck_assert_uint_gt(granted, 3000);
+		ck_assert_uint_gt(m.wraps, 100);
+		while (m.count > 0) {
+			for (i = 0; m.s[i].released; i++)
+				;
+			m_release(&m, i);
+			m_check(&m, "final release");
+		}
+		ck_assert_int_eq(placefs_ring_release(m.r, take(m.r, m.cap, 0)), 0);
+		placefs_ring_free(m.r);
+	}
+}
+END_TEST
+
+/*
+ * ---- randomized stress: threads, random sizes, releases in random order ------
+ *
+ * Four threads allocate (with deadlines: a thread holding spans must not wait
+ * forever for the others) and release their own spans in random order.
+ * Throughout, no two live spans overlap and every span is aligned and inside
+ * the ring. Every STRESS_ROUND iterations the threads meet at a barrier,
+ * holding their spans, and one of them checks the quiet ring against the held
+ * spans alone. Released spans at either end are reclaimed at once, so the
+ * oldest held span O and the newest N (by id) determine the ring:
+ * - tail = O's offset, head = N's end (offset + aligned length); the ring is
+ *   wrapped exactly when O != N and head <= tail;
+ * - the free space is [head, cap) and [0, tail), or [head, tail) when wrapped,
+ *   and all of it when nothing is held;
+ * - used (aligned lengths of the unreclaimed spans) is at least the sum of the
+ *   aligned lengths of the held spans and at most the circular extent from
+ *   tail to head (released spans between O and N may still be counted); it is
+ *   exactly N's aligned length when O == N, and 0 when nothing is held;
+ * - an allocation of exactly the largest free piece is granted at once at the
+ *   predicted offset (a 2 s deadline turns a wrong wait into a failure), one
+ *   byte more is refused, and releasing the probe, the newest span, gives
+ *   used back exactly.
+ * The probe is skipped when O or N is a 0-byte span (its reported offset may
+ * be aligned down from the real one).
+ */
 
 #define STRESS_THREADS 4
 #define STRESS_HELD    6
+#define STRESS_ROUND   200
 
 struct live {
 	uint64_t off, len, id;
@@ -504,34 +919,48 @@ struct live {
 
 static struct {
 	pthread_mutex_t lock;
+	pthread_barrier_t barrier;
 	struct live spans[STRESS_THREADS * STRESS_HELD];
 	unsigned n;
 	uint64_t cap;
 	uint64_t align;
 	int failures;
+	unsigned checks; /* quiet-ring checks done */
+	unsigned probes; /* probe allocations granted (counted in the ring's allocs) */
 } g;
+
+#define STRESS_FAIL(...)                                                                           \
+	do {                                                                                       \
+		fprintf(stderr, __VA_ARGS__);                                                      \
+		g.failures++;                                                                      \
+	} while (0)
+
+static uint64_t stress_alen(uint64_t off, uint64_t n)
+{
+	uint64_t end = off + n;
+
+	if (end % g.align != 0)
+		end += g.align - end % g.align;
+	return (end < g.cap ? end : g.cap) - off;
+}
 
 static void live_add(uint64_t off, uint64_t len, uint64_t id)
 {
 	unsigned i;
 
 	pthread_mutex_lock(&g.lock);
-	if (off % g.align != 0 || off > g.cap || len > g.cap - off) {
-		fprintf(stderr, "bad span %llu+%llu\n", (unsigned long long)off,
-		        (unsigned long long)len);
-		g.failures++;
-	}
+	if (off % g.align != 0 || off > g.cap || len > g.cap - off)
+		STRESS_FAIL("bad span %llu+%llu\n", (unsigned long long)off,
+		            (unsigned long long)len);
 	for (i = 0; i < g.n; i++) {
 		const struct live *s = &g.spans[i];
 
-		if (len && s->len && off < s->off + s->len && s->off < off + len) {
-			fprintf(stderr, "overlap %llu+%llu with %llu+%llu\n",
-			        (unsigned long long)off, (unsigned long long)len,
-			        (unsigned long long)s->off, (unsigned long long)s->len);
-			g.failures++;
-		}
+		if (len && s->len && off < s->off + s->len && s->off < off + len)
+			STRESS_FAIL("overlap %llu+%llu with %llu+%llu\n", (unsigned long long)off,
+			            (unsigned long long)len, (unsigned long long)s->off,
+			            (unsigned long long)s->len);
 		if (s->id == id)
-			g.failures++;
+			STRESS_FAIL("span id %llu handed out twice\n", (unsigned long long)id);
 	}
 	g.spans[g.n++] = (struct live){off, len, id};
 	pthread_mutex_unlock(&g.lock);
@@ -547,6 +976,92 @@ static void live_del(uint64_t id)
 			g.spans[i] = g.spans[--g.n];
 			break;
 		}
+	}
+	pthread_mutex_unlock(&g.lock);
+}
+
+/* The probe: the largest free piece is granted at `want`, one byte more is not. */
+static void probe(struct placefs_ring *r, uint64_t maxfit, uint64_t want)
+{
+	struct placefs_ring_stats before, after;
+	uint64_t off = 0, id = 0, off2, id2;
+	struct timespec dl = in_ms(2000);
+	int rc;
+
+	placefs_ring_stats(r, &before);
+	rc = placefs_ring_alloc(r, maxfit, &dl, NULL, &off, &id);
+	if (rc != 0) {
+		STRESS_FAIL("%llu bytes fit the free space left by the held spans, ring says %d\n",
+		            (unsigned long long)maxfit, rc);
+		return;
+	}
+	g.probes++;
+	if (off != (maxfit == 0 ? want - want % g.align : want))
+		STRESS_FAIL("probe of %llu bytes at %llu, expected %llu\n",
+		            (unsigned long long)maxfit, (unsigned long long)off,
+		            (unsigned long long)want);
+	if (maxfit < g.cap) {
+		rc = placefs_ring_alloc(r, maxfit + 1, &PAST, NULL, &off2, &id2);
+		if (rc != -ETIMEDOUT) {
+			STRESS_FAIL("%llu bytes exceed the free space, ring says %d\n",
+			            (unsigned long long)maxfit + 1, rc);
+			if (rc == 0) {
+				g.probes++;
+				placefs_ring_release(r, id2);
+			}
+		}
+	}
+	if (placefs_ring_release(r, id) != 0)
+		STRESS_FAIL("probe release failed\n");
+	placefs_ring_stats(r, &after);
+	if (after.used != before.used || after.live != before.live)
+		STRESS_FAIL("releasing the newest span: used %llu -> %llu, live %llu -> %llu\n",
+		            (unsigned long long)before.used, (unsigned long long)after.used,
+		            (unsigned long long)before.live, (unsigned long long)after.live);
+}
+
+/* Checks the ring while every thread waits at the barrier. */
+static void quiet_check(struct placefs_ring *r)
+{
+	struct placefs_ring_stats st;
+	const struct live *o = NULL, *nw = NULL;
+	uint64_t held = 0, head = 0, tail = 0, extent = 0, maxfit, want;
+	int wrapped = 0;
+	unsigned i;
+
+	pthread_mutex_lock(&g.lock);
+	g.checks++;
+	placefs_ring_stats(r, &st);
+	for (i = 0; i < g.n; i++) {
+		held += stress_alen(g.spans[i].off, g.spans[i].len);
+		if (!o || g.spans[i].id < o->id)
+			o = &g.spans[i];
+		if (!nw || g.spans[i].id > nw->id)
+			nw = &g.spans[i];
+	}
+	if (st.waiting != 0 || st.live < g.n)
+		STRESS_FAIL("quiet ring: %llu waiting, %llu live for %u held\n",
+		            (unsigned long long)st.waiting, (unsigned long long)st.live, g.n);
+	if (o) {
+		tail = o->off;
+		head = nw->off + stress_alen(nw->off, nw->len);
+		wrapped = o != nw && head <= tail;
+		extent = wrapped ? g.cap - tail + head : head - tail;
+	}
+	if (st.used < held || st.used > extent || (o == nw && st.used != extent) ||
+	    (!o && st.live != 0))
+		STRESS_FAIL("quiet ring: used %llu, held spans %llu, extent %llu (%u held)\n",
+		            (unsigned long long)st.used, (unsigned long long)held,
+		            (unsigned long long)extent, g.n);
+	if (g.failures == 0 && (!o || (o->len > 0 && nw->len > 0))) {
+		if (wrapped) {
+			maxfit = tail - head;
+			want = head;
+		} else {
+			maxfit = g.cap - head > tail ? g.cap - head : tail;
+			want = maxfit <= g.cap - head ? head : 0;
+		}
+		probe(r, maxfit, want);
 	}
 	pthread_mutex_unlock(&g.lock);
 }
@@ -571,6 +1086,11 @@ static void *stress(void *arg)
 		struct timespec dl;
 		int rc;
 
+		if (i > 0 && i % STRESS_ROUND == 0) {
+			if (pthread_barrier_wait(&g.barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+				quiet_check(s->ring);
+			pthread_barrier_wait(&g.barrier);
+		}
 		if (nheld == STRESS_HELD || (nheld > 0 && (x % 3 == 0 || s->blocked))) {
 			s->blocked = 0;
 			/* Release a random span: out of order on purpose. */
@@ -588,8 +1108,12 @@ static void *stress(void *arg)
 		case 3: n = 1 + (uint64_t)rand_r(&s->seed) % g.cap; break;
 		default: n = 1 + (uint64_t)rand_r(&s->seed) % (g.cap / 16); break;
 		}
-		/* Holding spans while waiting forever could deadlock the threads. */
-		dl = nheld ? in_us(300) : in_us(2000000);
+		/*
+		 * Holding spans while waiting forever could deadlock the threads;
+		 * holding none, wait a little for the others (who may be at the
+		 * barrier).
+		 */
+		dl = nheld ? in_us(300) : in_ms(20);
 		rc = placefs_ring_alloc(s->ring, n, &dl, NULL, &off, &id);
 		if (rc == -ETIMEDOUT) {
 			s->blocked = 1; /* give something back next */
@@ -621,6 +1145,7 @@ START_TEST(test_random_stress)
 
 		memset(&g, 0, sizeof(g));
 		pthread_mutex_init(&g.lock, NULL);
+		pthread_barrier_init(&g.barrier, NULL, STRESS_THREADS);
 		g.cap = caps[v];
 		g.align = aligns[v];
 		s[0].ring = mk(caps[v], aligns[v]);
@@ -635,17 +1160,20 @@ START_TEST(test_random_stress)
 		}
 		ck_assert_int_eq(g.failures, 0);
 		ck_assert_uint_gt(total, 1000);
+		ck_assert_uint_eq(g.checks, 8000 / STRESS_ROUND - 1);
+		ck_assert_uint_ge(g.probes, g.checks / 2);
 		placefs_ring_stats(s[0].ring, &st);
 		ck_assert_uint_eq(st.used, 0);
 		ck_assert_uint_eq(st.live, 0);
 		ck_assert_uint_eq(st.waiting, 0);
-		ck_assert_uint_eq(st.allocs, total);
-		ck_assert_uint_eq(st.releases, total);
+		ck_assert_uint_eq(st.allocs, total + g.probes);
+		ck_assert_uint_eq(st.releases, total + g.probes);
 		ck_assert_uint_gt(st.wraps, 0);
 		ck_assert_uint_le(st.high_water, caps[v]);
 		/* Everything came back: the whole ring is one free region again. */
 		ck_assert_int_eq(placefs_ring_release(s[0].ring, take(s[0].ring, caps[v], 0)), 0);
 		placefs_ring_free(s[0].ring);
+		pthread_barrier_destroy(&g.barrier);
 		pthread_mutex_destroy(&g.lock);
 	}
 }
@@ -664,6 +1192,9 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_zero_bytes);
 	tcase_add_test(tc, test_wrap_around);
 	tcase_add_test(tc, test_out_of_order_release);
+	tcase_add_test(tc, test_head_retreat);
+	tcase_add_test(tc, test_head_retreat_wrap);
+	tcase_add_test(tc, test_release_interleaved);
 	tcase_add_test(tc, test_bad_release);
 	tcase_add_test(tc, test_many_spans_grow);
 	tcase_add_test(tc, test_deadline_timeout);
@@ -671,6 +1202,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_backpressure_threads);
 	tcase_add_test(tc, test_fifo_fairness);
 	tcase_add_test(tc, test_pressure_hook);
+	tcase_add_test(tc, test_random_model);
 	tcase_add_test(tc, test_random_stress);
 	suite_add_tcase(s, tc);
 	return s;

@@ -712,6 +712,161 @@ START_TEST(test_prefetch_yields)
 }
 END_TEST
 
+/* A stage whose deadline has already passed never waits, but still gets prefetched space. */
+START_TEST(test_prefetch_yields_to_try)
+{
+	static const struct timespec past = {0, 0};
+	struct placefs_prefetch_item items[4];
+	struct placefs_stage_opts o = {.name = "try", .deadline = &past};
+	struct placefs_stager_stats ss;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct fixture fx;
+	unsigned i;
+
+	fx_open(&fx, 2 * MiB);
+	st = mk("host", MiB, 64 * KiB, 2, 1);
+	for (i = 0; i < 4; i++)
+		items[i] = (struct placefs_prefetch_item){
+		        .fd = fx.fd, .offset = i * 256 * KiB, .nbytes = 256 * KiB, .key = 100 + i};
+	ck_assert_int_eq(placefs_stager_prefetch(st, items, 4, NULL), 0);
+	/* All four read; their jobs end right after the last (synchronous) copy. */
+	wait_stat(st, offsetof(struct placefs_stager_stats, read_bytes), MiB);
+	usleep(200000);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.prefetch_held, 4);
+	ck_assert_uint_eq(ss.ring_used, MiB);
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_stager_stage(st, fx.fd, MiB + 5, 512 * KiB, &o, &sp, &err) == 0, "%s",
+	              err.msg);
+	check_span(st, &sp, &fx, MiB + 5);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.prefetch_evicted, 4);
+	ck_assert_uint_eq(ss.prefetch_held, 0);
+	ck_assert_uint_eq(ss.ring_waits, 0); /* it never waited */
+	/* Without prefetched spans to give back, a full ring still refuses at once. */
+	{
+		struct placefs_stage_span sp2, sp3;
+
+		ck_assert_int_eq(placefs_stager_prefetch(st, NULL, 0, NULL), 0);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 512 * KiB, NULL, &sp2, NULL),
+		                 0);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 1, &o, &sp3, NULL), -ETIMEDOUT);
+		ck_assert_uint_eq(sp3.lease, 0);
+		ck_assert_int_eq(placefs_stager_release(st, sp2.lease, 0), 0);
+	}
+	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+static struct timespec deadline_in_ms(unsigned ms)
+{
+	struct timespec ts;
+	uint64_t t;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec + ms * 1000000ULL;
+	ts.tv_sec = (time_t)(t / 1000000000ULL);
+	ts.tv_nsec = (long)(t % 1000000000ULL);
+	return ts;
+}
+
+/*
+ * The Python loader's `wrapfull` case: an 8 MiB ring full of two 4 MiB leases
+ * (w.0, w.1); a stage of w.2 times out, which moves the prefetch cursor past
+ * w.2; w.0 is released and prefetch puts w.3 into the freed space (at 0, the
+ * newest span in the ring, with w.1 still older than it). A new stage of w.2
+ * must evict w.3 and get its space back although w.1 is still held.
+ *
+ * Run twice: with w.3 fully prefetched when w.2 asks (given back at once),
+ * and with tiny chunks on one I/O thread so that w.3 is most likely still in
+ * flight (given back as soon as it finishes).
+ */
+START_TEST(test_prefetch_newest_given_back)
+{
+	struct placefs_prefetch_item items[5];
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct fixture fx;
+	unsigned i, pass;
+
+	fx_open(&fx, 20 * MiB);
+	for (i = 0; i < 5; i++)
+		items[i] = (struct placefs_prefetch_item){
+		        .fd = fx.fd, .offset = i * 4 * MiB, .nbytes = 4 * MiB, .key = i + 1};
+	for (pass = 0; pass < 2; pass++) {
+		struct placefs_stage_opts o = {.name = "w"};
+		struct placefs_stage_span w0, w1, w2;
+		struct timespec dl;
+
+		st = pass == 0 ? mk("host", 8 * MiB, 0, 0, 1) : mk("host", 8 * MiB, 16 * KiB, 1, 1);
+		ck_assert_int_eq(placefs_stager_prefetch(st, items, 5, NULL), 0);
+		/* Prefetch fills the ring with w.0 and w.1; the leases adopt them. */
+		wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_held), 2);
+		o.key = 1;
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 4 * MiB, &o, &w0, NULL), 0);
+		o.key = 2;
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 4 * MiB, 4 * MiB, &o, &w1, NULL),
+		                 0);
+		ck_assert_int_eq(w0.prefetched + w1.prefetched, 2);
+		check_span(st, &w0, &fx, 0);
+		check_span(st, &w1, &fx, 4 * MiB);
+
+		/* The ring is full: w.2 times out (and prefetch moves past it). */
+		o.key = 3;
+		dl = deadline_in_ms(100);
+		o.deadline = &dl;
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, &o, &w2, &err),
+		                 -ETIMEDOUT);
+		ck_assert_uint_eq(w2.lease, 0);
+
+		/* w.0 goes; prefetch stages w.3 into its space. */
+		ck_assert_int_eq(placefs_stager_release(st, w0.lease, 0), 0);
+		wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_issued), 3);
+		if (pass == 0) {
+			/* w.3 is completely read (and copied: the host copy is synchronous). */
+			wait_stat(st, offsetof(struct placefs_stager_stats, read_bytes), 12 * MiB);
+			usleep(20000);
+		}
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.prefetch_held, 1);
+		ck_assert_uint_eq(ss.leases, 1);
+
+		/* w.1 is still held; w.2 must get the space w.3 took, well within 5 s. */
+		dl = deadline_in_ms(5000);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, &o, &w2, &err) == 0,
+		              "pass %u: w.2 after releasing w.0: %s", pass, err.msg);
+		ck_assert_uint_eq(w2.prefetched, 0);
+		check_span(st, &w2, &fx, 8 * MiB);
+		check_span(st, &w1, &fx, 4 * MiB);
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.prefetch_held, 0);
+		ck_assert_uint_ge(ss.prefetch_evicted, 1);
+		ck_assert_uint_eq(ss.leases, 2);
+		ck_assert_uint_eq(ss.ring_used, 8 * MiB);
+
+		/* No new prefetches: then everything comes back. */
+		ck_assert_int_eq(placefs_stager_prefetch(st, NULL, 0, NULL), 0);
+		ck_assert_int_eq(placefs_stager_release(st, w1.lease, 0), 0);
+		ck_assert_int_eq(placefs_stager_release(st, w2.lease, 0), 0);
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.leases, 0);
+		ck_assert_uint_eq(ss.ring_used, 0);
+		ck_assert_uint_eq(ss.ring_high_water, 8 * MiB);
+		placefs_stager_free(st);
+	}
+	fx_close(&fx);
+}
+END_TEST
+
 /* Two callers ask for the same prefetched key at once: one adopts, one stages. */
 struct twin {
 	struct placefs_stager *st;
@@ -974,6 +1129,8 @@ static Suite *stage_suite(void)
 	tcase_add_test(tc, test_leases_and_owners);
 	tcase_add_test(tc, test_prefetch_hits);
 	tcase_add_test(tc, test_prefetch_yields);
+	tcase_add_test(tc, test_prefetch_yields_to_try);
+	tcase_add_test(tc, test_prefetch_newest_given_back);
 	tcase_add_test(tc, test_prefetch_same_key_twice);
 	tcase_add_test(tc, test_concurrent_stress);
 	tcase_add_test(tc, test_device_pass_host);
