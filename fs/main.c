@@ -4,11 +4,16 @@
  *
  * Order: parse and validate the options -> open and validate the
  * checkpoint -> plan -> build the tree -> create the session (which rejects
- * unknown libfuse options) -> signal handlers -> mount -> daemonize (only
- * now, so that the parent exits once the mount is live) -> log the plan
- * summary -> multithreaded loop -> unmount -> release in reverse order.
- * Everything that can be wrong with the command line or the checkpoint is
- * found before anything is mounted.
+ * unknown libfuse options) -> signal handlers -> fork the daemon -> create
+ * the staging backend -> mount -> tell the waiting parent (which exits 0
+ * only now, once the mount is live) -> log the plan summary ->
+ * multithreaded loop -> end the staging waits -> unmount -> release in
+ * reverse order. Everything that can be wrong with the command line, the
+ * checkpoint or the staging device is found before anything is mounted.
+ *
+ * The fork comes before the staging backend because neither its threads nor
+ * a CUDA context survive fork(); the parent waits for the child's verdict,
+ * so failures still reach the terminal and the exit status.
  *
  * Exit status: 0 after a clean unmount (fusermount3 -u, umount, SIGTERM,
  * SIGINT, SIGHUP) or for -h/-V. Failures before mounting use placefs-plan's
@@ -17,21 +22,26 @@
  * 5 empty selection, 6-8 duplicate or overlapping names, 9 a name that
  * cannot be a file name. Then 10: the FUSE session could not be set up or
  * mounted (libfuse says why: an unknown option, no /dev/fuse, ...); 11: the
- * session loop failed.
+ * session loop failed; 12: the staging backend could not be created (a
+ * CUDA device asked for but absent, out of memory...).
  */
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "ops.h"
 #include "opts.h"
 #include "size.h"
+#include "stage.h"
 
 enum {
 	EXIT_OK = 0,
@@ -46,6 +56,7 @@ enum {
 	EXIT_NAME = 9,
 	EXIT_MOUNT = 10,
 	EXIT_LOOP = 11,
+	EXIT_STAGING = 12,
 };
 
 /* The exit status for a failure before mounting, as placefs-plan maps it. */
@@ -141,6 +152,79 @@ static void find_bdi(const char *mnt, char *out, size_t len)
 	fclose(f);
 }
 
+/*
+ * Replaces fuse_daemonize(), which forks after the mount: the staging
+ * backend must be created in the process that serves, after the fork. In
+ * the background the parent waits on a pipe and exits 0 when the child
+ * calls daemon_ready(), or with the child's own exit status when it ends
+ * first; the child keeps the terminal for its error messages until then.
+ * Returns 0 in the child (or in the foreground), -1 when fork fails.
+ */
+static int daemon_start(int foreground, int *ready_fd)
+{
+	int p[2], st;
+	ssize_t r;
+	pid_t pid;
+	char c;
+
+	*ready_fd = -1;
+	if (foreground)
+		return chdir("/") == 0 ? 0 : -1;
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -1;
+	pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -1;
+	}
+	if (pid > 0) {
+		/* Ctrl-C here ends the waiting parent, not the starting daemon. */
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		close(p[1]);
+		do
+			r = read(p[0], &c, 1);
+		while (r < 0 && errno == EINTR);
+		if (r == 1)
+			_exit(EXIT_OK);
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : EXIT_ERROR);
+	}
+	close(p[0]);
+	setsid();
+	if (chdir("/") != 0) {
+		close(p[1]);
+		return -1;
+	}
+	*ready_fd = p[1];
+	return 0;
+}
+
+/* The mount is live: detach from the terminal and let the parent exit 0. */
+static void daemon_ready(int *ready_fd)
+{
+	int fd;
+	char c = 0;
+
+	if (*ready_fd < 0)
+		return;
+	fd = open("/dev/null", O_RDWR);
+	if (fd >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	if (write(*ready_fd, &c, 1) != 1)
+		placefs_log(LOG_WARNING, "cannot tell the starting process that the mount is up");
+	close(*ready_fd);
+	*ready_fd = -1;
+}
+
 static int run_loop(struct fuse_session *se, const struct placefs_opts *o)
 {
 	struct fuse_loop_config *cfg;
@@ -173,6 +257,7 @@ int main(int argc, char *argv[])
 	struct fuse_session *se = NULL;
 	const struct fuse_lowlevel_ops *ops;
 	size_t ops_size;
+	int ready_fd = -1;
 	int status = EXIT_ERROR;
 	int ret;
 
@@ -247,18 +332,26 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "placefs: cannot install signal handlers\n");
 		goto out_session;
 	}
-	if (fuse_session_mount(se, opts.mountpoint) != 0) {
-		fprintf(stderr, "placefs: cannot mount on %s\n", opts.mountpoint);
+	if (daemon_start(opts.foreground, &ready_fd) != 0) {
+		fprintf(stderr, "placefs: cannot daemonize: %s\n", strerror(errno));
 		goto out_signals;
 	}
-	find_bdi(opts.mountpoint, m.bdi, sizeof(m.bdi));
-	if (fuse_daemonize(opts.foreground) != 0) {
-		fprintf(stderr, "placefs: cannot daemonize\n");
-		goto out_unmount;
+	status = EXIT_STAGING;
+	if (placefs_fs_stage_create(&m, &err) < 0) {
+		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
+		goto out_signals;
 	}
+	status = EXIT_MOUNT;
+	if (fuse_session_mount(se, opts.mountpoint) != 0) {
+		fprintf(stderr, "placefs: cannot mount on %s\n", opts.mountpoint);
+		goto out_stage;
+	}
+	find_bdi(opts.mountpoint, m.bdi, sizeof(m.bdi));
+	daemon_ready(&ready_fd);
 	if (!opts.foreground)
 		placefs_log_to_syslog(1);
 	log_summary(&m, &opts);
+	placefs_fs_stage_log(&m);
 	if (!m.check_reads)
 		placefs_log(LOG_WARNING, "PLACEFS_TEST_SKIP_READ_CHECK is set: reads do not "
 		                         "verify their shard first (testing only)");
@@ -272,9 +365,11 @@ int main(int argc, char *argv[])
 		            opts.mountpoint);
 		status = EXIT_LOOP;
 	}
-
-out_unmount:
+	/* Replies from staging threads must not outlive the session's descriptor. */
+	placefs_fs_stage_shutdown(&m);
 	fuse_session_unmount(se);
+out_stage:
+	placefs_fs_stage_free(&m);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "name.h"
 #include "ops.h"
+#include "stage.h"
 
 #define XATTR_PREFIX "user.placefs."
 
@@ -137,6 +138,11 @@ static int shard_ok(struct placefs_mount *m, uint32_t i)
 	return rc;
 }
 
+int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i)
+{
+	return shard_ok(m, i);
+}
+
 /*
  * Sets this mount's readahead (-o readahead=) through sysfs, once, on the
  * first request after INIT. Root only; otherwise the kernel default stays.
@@ -203,6 +209,7 @@ int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
 	atomic_init(&m->ctr.opens, 0);
 	atomic_init(&m->ctr.open_files, 0);
 	atomic_init(&m->ctr.stale_refusals, 0);
+	atomic_init(&m->next_fh, 0);
 
 	if (opts->read_mode == PLACEFS_READ_MMAP) {
 		m->maps = calloc(m->nshards ? m->nshards : 1, sizeof(*m->maps));
@@ -506,6 +513,8 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 			fi->direct_io = 1;
 		else
 			fi->keep_cache = 1;
+		/* Never 0: the staging leases taken through this handle belong to it. */
+		fi->fh = atomic_fetch_add(&m->next_fh, 1) + 1;
 		atomic_fetch_add(&m->ctr.open_files, 1);
 		if (fuse_reply_open(req, fi) != 0) {
 			/* The opener is gone (interrupted): no release will follow. */
@@ -666,10 +675,13 @@ static void placefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_
 	struct placefs_vnode node;
 
 	if (placefs_vtree_get(m->vt, ino, &node) == 0) {
-		if (node.kind == PLACEFS_V_TENSOR)
+		if (node.kind == PLACEFS_V_TENSOR) {
 			atomic_fetch_sub(&m->ctr.open_files, 1);
-		else if (node.kind == PLACEFS_V_STATS)
+			/* Leases die with their handle: a crashed borrower never wedges the ring. */
+			placefs_fs_stage_release(m, fi->fh);
+		} else if (node.kind == PLACEFS_V_STATS) {
 			ctl_buf_put((struct ctl_buf *)(uintptr_t)fi->fh);
+		}
 	}
 	fuse_reply_err(req, 0);
 }
@@ -1012,7 +1024,8 @@ static const struct fuse_lowlevel_ops placefs_ops = {
         .removexattr = placefs_op_removexattr,
         .fallocate = placefs_op_fallocate,
         .copy_file_range = placefs_op_copy_file_range,
-        /* .ioctl is left to the staging code (fs/stage.c): ENOTTY until then. */
+        /* GPU staging commands on tensor files (fs/stage.c). */
+        .ioctl = placefs_fs_stage_ioctl,
 };
 
 const struct fuse_lowlevel_ops *placefs_ops_table(size_t *size)

@@ -8,10 +8,11 @@
  * session loop starts, except the counters (C11 atomics) and the per-shard
  * health flags (atomics), so the callbacks need no lock.
  *
- * Extension points for the GPU staging code (fs/stage.c, a later issue):
- * `stage` is its private state, `stats_hook` appends its own members to the
- * .placefs/stats JSON object. The ioctl operation is deliberately left unset
- * here (callers get ENOTTY) until that code adds it.
+ * The GPU staging code (fs/stage.c) keeps its state in `stage`, appends its
+ * members to the .placefs/stats JSON object through `stats_hook`, serves
+ * the ioctl operation and ends a file handle's leases at its release. Each
+ * open of a tensor file gets its own file handle number (`next_fh`), which
+ * owns the leases taken through it.
  */
 #ifndef PLACEFS_FS_OPS_H
 #define PLACEFS_FS_OPS_H
@@ -84,7 +85,9 @@ struct placefs_mount {
 
 	struct placefs_counters ctr;
 
-	void *stage;                   /* GPU staging state (fs/stage.c), NULL for now */
+	atomic_uint_fast64_t next_fh; /* the last tensor file handle number given out */
+
+	void *stage;                   /* GPU staging state (fs/stage.c) */
 	placefs_stats_hook stats_hook; /* NULL, or the staging code's members */
 };
 
@@ -101,6 +104,12 @@ void placefs_mount_release(struct placefs_mount *m);
 
 /* The operations table and its size, for fuse_session_new(). */
 const struct fuse_lowlevel_ops *placefs_ops_table(size_t *size);
+
+/*
+ * Verifies shard i against what was validated at mount, as every READ does
+ * (logging the first failure). Returns 0, -ESTALE or -EIO.
+ */
+int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i);
 
 /* Generates the .placefs/stats document (one JSON object and "\n"). */
 int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *sb);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "opts.h"
 #include "size.h"
 
@@ -22,6 +23,8 @@ struct parse_ctx {
 	char *device;
 	char *read_mode;
 	char *readahead;
+	char *host_buffer;
+	int noprefetch;
 	char *mountpoint;
 	char *extra; /* the first surplus positional, for the message */
 	int max_threads_given;
@@ -44,6 +47,8 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("device=%s", device),
         CTX_OPT("read_mode=%s", read_mode),
         CTX_OPT("readahead=%s", readahead),
+        CTX_OPT("host_buffer=%s", host_buffer),
+        {"noprefetch", offsetof(struct parse_ctx, noprefetch), 1},
         FUSE_OPT_KEY("prefix=", KEY_PREFIX),
         /* Noted here, then kept for fuse_parse_cmdline() which parses the value. */
         FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
@@ -103,35 +108,23 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	}
 }
 
+/* The backend's own grammar (cuda:N with N 0..1023, host, none), so both agree. */
 static int parse_device(const char *text, struct placefs_opts *o, struct placefs_error *err)
 {
-	const char *p;
-	long v = 0;
+	enum placefs_backend_kind kind;
+	int dev;
 
-	if (strcmp(text, "none") == 0) {
-		o->device = PLACEFS_DEVICE_NONE;
-		return 0;
-	}
-	if (strcmp(text, "host") == 0) {
-		o->device = PLACEFS_DEVICE_HOST;
-		return 0;
-	}
-	if (strncmp(text, "cuda:", 5) != 0 || text[5] == '\0')
-		goto bad;
-	for (p = text + 5; *p; p++) {
-		if (*p < '0' || *p > '9')
-			goto bad;
-		v = v * 10 + (*p - '0');
-		if (v > INT_MAX)
-			goto bad;
-	}
-	o->device = PLACEFS_DEVICE_CUDA;
-	o->device_index = (int)v;
+	if (placefs_backend_parse_spec(text, &kind, &dev, NULL) < 0)
+		return placefs_error_set(
+		        err, -EINVAL, PLACEFS_E_USAGE,
+		        "invalid -o device value '%s' (expected cuda:N with N from "
+		        "0 to 1023, host or none)",
+		        text);
+	o->device = kind == PLACEFS_BACKEND_NONE   ? PLACEFS_DEVICE_NONE
+	            : kind == PLACEFS_BACKEND_HOST ? PLACEFS_DEVICE_HOST
+	                                           : PLACEFS_DEVICE_CUDA;
+	o->device_index = dev;
 	return 0;
-bad:
-	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-	                         "invalid -o device value '%s' (expected cuda:N, host or none)",
-	                         text);
 }
 
 static int parse_read_mode(const char *text, struct placefs_opts *o, struct placefs_error *err)
@@ -217,6 +210,8 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->read_mode = PLACEFS_READ_MMAP;
 	o->readahead = PLACEFS_READAHEAD;
 	o->max_idle_threads = UINT_MAX;
+	o->device = PLACEFS_DEVICE_AUTO;
+	o->prefetch = 1;
 
 	if (fuse_opt_parse(&o->args, &ctx, placefs_opt_spec, opt_proc) != 0) {
 		if (ctx.nomem)
@@ -289,6 +284,21 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 		goto out;
 	if (ctx.read_mode && (rc = parse_read_mode(ctx.read_mode, o, err)) < 0)
 		goto out;
+	if (ctx.host_buffer) {
+		rc = placefs_size_parse(ctx.host_buffer, "-o host_buffer", &o->host_buffer, err);
+		if (rc == 0 && (o->host_buffer < PLACEFS_HOST_BUFFER_MIN ||
+		                o->host_buffer > PLACEFS_HOST_BUFFER_MAX))
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                       "invalid -o host_buffer value '%s' (from 8K to 4G)",
+			                       ctx.host_buffer);
+		if (rc < 0) {
+			/* Not the staging limit: a plain bad option value. */
+			if (err)
+				err->kind = PLACEFS_E_USAGE;
+			goto out;
+		}
+	}
+	o->prefetch = !ctx.noprefetch;
 	if (ctx.readahead) {
 		/* 0 keeps the kernel's default; anything else is a size. */
 		if (strcmp(ctx.readahead, "0") == 0)
@@ -339,6 +349,7 @@ out:
 	free(ctx.device);
 	free(ctx.read_mode);
 	free(ctx.readahead);
+	free(ctx.host_buffer);
 	free(ctx.mountpoint);
 	free(ctx.extra);
 	return rc;
@@ -377,7 +388,10 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           (repeatable; default: every tensor)\n"
 	        "    -o index=FILE          index file, relative to the source directory\n"
 	        "                           (default: model.safetensors.index.json if present)\n"
-	        "    -o device=DEV          staging device: cuda:N, host or none (default: none)\n"
+	        "    -o device=DEV          staging device: cuda:N, host or none (default: cuda:0\n"
+	        "                           when a CUDA device is present, else none)\n"
+	        "    -o host_buffer=SIZE    pinned bounce memory for staging (default: 64M)\n"
+	        "    -o noprefetch          stage only what is asked for, nothing ahead\n"
 	        "    -o read_mode=MODE      how tensor bytes are served: mmap (default: one copy,\n"
 	        "                           from a read-only mapping of each shard) or pread\n"
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"

@@ -30,9 +30,10 @@
 #define PLACEFS_READAHEAD   (16u << 20) /* default -o readahead= (kernel: 128 KiB) */
 
 enum placefs_device_kind {
-	PLACEFS_DEVICE_NONE = 0, /* no staging (default) */
+	PLACEFS_DEVICE_NONE = 0, /* no staging (-o device=none) */
 	PLACEFS_DEVICE_HOST,     /* host staging backend */
 	PLACEFS_DEVICE_CUDA,     /* CUDA device `device_index` */
+	PLACEFS_DEVICE_AUTO,     /* default: cuda:0 when a CUDA device is present, else none */
 };
 
 /*
@@ -56,7 +57,9 @@ struct placefs_opts {
 	uint64_t limit;
 	const char *limit_origin; /* "-o buffer_size" or "INSTANTTENSOR_BUFFER_SIZE" */
 	enum placefs_device_kind device;
-	int device_index; /* for PLACEFS_DEVICE_CUDA */
+	int device_index;     /* for PLACEFS_DEVICE_CUDA */
+	uint64_t host_buffer; /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
+	int prefetch;         /* 1 unless -o noprefetch */
 	enum placefs_read_mode read_mode;
 	uint64_t readahead; /* bytes; 0 = leave the kernel's default */
 

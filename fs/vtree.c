@@ -162,6 +162,19 @@ void placefs_vtree_free(struct placefs_vtree *vt)
 	free(vt);
 }
 
+int placefs_vtree_append_plan(struct placefs_vtree *vt, const char *text)
+{
+	size_t add = strlen(text), len = vt->text_len[0];
+	char *p = realloc(vt->text[0], len + add + 1);
+
+	if (!p)
+		return -ENOMEM;
+	memcpy(p + len, text, add + 1);
+	vt->text[0] = p;
+	vt->text_len[0] = len + add;
+	return 0;
+}
+
 /* Decodes a tensor or link inode number into its plan entry index. */
 static int split_ino(const struct placefs_vtree *vt, uint64_t ino, enum placefs_vkind *kind,
                      size_t *entry)

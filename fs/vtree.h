@@ -117,6 +117,13 @@ uint64_t placefs_vtree_inode_count(const struct placefs_vtree *vt);
 /* Sum of the tensors' payload bytes: for statfs. */
 uint64_t placefs_vtree_total_bytes(const struct placefs_vtree *vt);
 
+/*
+ * Appends `text` to the content of .placefs/plan (the daemon's "staging:"
+ * line). Only before the session loop starts: afterwards the tree is read
+ * without locks. Returns 0 or -ENOMEM (the content is then unchanged).
+ */
+int placefs_vtree_append_plan(struct placefs_vtree *vt, const char *text);
+
 /* The plan entry of a tensor or link inode, or NULL. */
 const struct placefs_plan_entry *placefs_vtree_entry(const struct placefs_vtree *vt, uint64_t ino);
 

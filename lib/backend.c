@@ -85,6 +85,49 @@ int placefs_backend_cuda_devices(struct placefs_error *err)
 #endif
 }
 
+#ifndef HAVE_CUDA
+/* The client-side device memory calls of a build without CUDA. */
+int placefs_cuda_alloc(int device, uint64_t bytes, void **dptr,
+                       uint8_t ipc[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES], struct placefs_error *err)
+{
+	(void)bytes;
+	(void)ipc;
+	*dptr = NULL;
+	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+	                         "cuda:%d: placefs was built without CUDA", device);
+}
+
+void placefs_cuda_free(int device, void *dptr)
+{
+	(void)device;
+	(void)dptr;
+}
+
+int placefs_cuda_ipc_map(int device, const uint8_t *ipc, void **dptr, struct placefs_error *err)
+{
+	(void)ipc;
+	*dptr = NULL;
+	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+	                         "cuda:%d: placefs was built without CUDA", device);
+}
+
+void placefs_cuda_ipc_unmap(int device, void *dptr)
+{
+	(void)device;
+	(void)dptr;
+}
+
+int placefs_cuda_to_host(int device, const void *src, void *dst, uint64_t n,
+                         struct placefs_error *err)
+{
+	(void)src;
+	(void)dst;
+	(void)n;
+	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+	                         "cuda:%d: placefs was built without CUDA", device);
+}
+#endif
+
 int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_buffer,
                            struct placefs_backend **out, struct placefs_error *err)
 {

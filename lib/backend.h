@@ -159,4 +159,23 @@ int placefs_dest_cuda_ipc(struct placefs_dest *d, const void *handle, size_t len
  */
 int placefs_backend_cuda_devices(struct placefs_error *err);
 
+/*
+ * Device memory for client programs (lib/client.c), never used by the
+ * daemon: a copy-mode client allocates its destination and exports it with
+ * an IPC handle; a borrower maps the daemon's ring through the ring's IPC
+ * handle and copies bytes back to check them. Each call works on CUDA
+ * device `device` (selected first). Built without CUDA, every one of them
+ * fails with -EOPNOTSUPP (the free functions do nothing).
+ */
+/* cudaMalloc of `bytes` (at least 1) and its IPC handle (64 bytes). */
+int placefs_cuda_alloc(int device, uint64_t bytes, void **dptr,
+                       uint8_t ipc[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES], struct placefs_error *err);
+void placefs_cuda_free(int device, void *dptr);
+/* cudaIpcOpenMemHandle of another process's allocation (the daemon's ring). */
+int placefs_cuda_ipc_map(int device, const uint8_t *ipc, void **dptr, struct placefs_error *err);
+void placefs_cuda_ipc_unmap(int device, void *dptr);
+/* Synchronous copy of n bytes of device memory at src into host memory dst. */
+int placefs_cuda_to_host(int device, const void *src, void *dst, uint64_t n,
+                         struct placefs_error *err);
+
 #endif

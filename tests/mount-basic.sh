@@ -39,7 +39,9 @@ tmo 20 "$MKCKPT" -q --seed 8 \
 MP=$TMP/mnt
 
 # ---- mount, mount table, start-up log -------------------------------------
-mount_fs ckpt.safetensors "$MP" -o buffer_size=4K
+# Staging off explicitly: with it on (the default on a GPU machine),
+# .placefs/plan gains a "staging:" line and is no longer placefs-plan's alone.
+mount_fs ckpt.safetensors "$MP" -o buffer_size=4K,device=none
 line=$(mount_line "$MP")
 note "mountinfo: $line"
 echo "$line" | awk '{ print $6 }' | grep -Eq '(^|,)ro(,|$)' || fail "mount is not ro: $line"

@@ -1,1 +1,521 @@
-int main(void) { return 1; } /* placeholder */
+/* SPDX-License-Identifier: MIT */
+/*
+ * placefs-stage: stages tensor files of a placefs mount through the mount's
+ * staging ring (copy or borrow mode), reports per-tensor and total
+ * throughput and, with --verify, compares every staged tensor with a plain
+ * read() of the same file. See doc/placefs-stage.1.
+ *
+ * Exit status: 0 every tensor staged (and verified); 1 a tensor failed;
+ * 2 bad command line.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "placefs/client.h"
+#include "size.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* Everything staged through one mount (files are grouped by st_dev). */
+struct mnt {
+	dev_t dev;
+	uint64_t largest; /* largest file of this mount on the command line */
+	bool have_info;
+	struct placefs_ioc_ring_info ri;
+	struct placefs_client_dest *dest;
+	struct placefs_client_ring *ring;
+	bool setup_failed;
+};
+
+struct file {
+	char *path;
+	uint64_t size;
+	size_t mnt;
+};
+
+static struct {
+	int mode; /* PLACEFS_IOC_STAGE_COPY or _BORROW */
+	bool verify;
+	bool quiet;
+	bool bar; /* progress bar on stderr */
+	uint64_t timeout_ns;
+} cfg;
+
+/*
+ * The shm destinations this program made, unlinked by the signal handler
+ * too, so that an interrupted run leaves nothing in /dev/shm.
+ */
+#define MAX_SHM 16
+static char shm_names[MAX_SHM][PLACEFS_IOC_HANDLE_MAX];
+static volatile sig_atomic_t nshm;
+
+static void on_signal(int sig)
+{
+	int i;
+
+	for (i = 0; i < nshm; i++)
+		shm_unlink(shm_names[i]);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void remember_shm(const struct placefs_client_dest *d)
+{
+	const char *name = placefs_client_dest_shm_name(d);
+
+	if (!name || nshm >= MAX_SHM)
+		return;
+	snprintf(shm_names[nshm], sizeof(shm_names[nshm]), "%s", name);
+	nshm = nshm + 1;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: placefs-stage [--mode copy|borrow] [--verify] [--timeout MS] [-q]\n"
+	           "                     (--all MOUNTPOINT | FILE...)\n"
+	           "Stages tensor files of a placefs mount through its staging ring.\n"
+	           "\n"
+	           "  --all MOUNTPOINT  every gpu-placed tensor of the mount, in checkpoint order\n"
+	           "  --mode MODE       copy (into memory of this program, default) or borrow\n"
+	           "                    (lease the ring bytes, then release them); the default\n"
+	           "                    comes from INSTANTTENSOR_COPY: 1 copy, 0 borrow\n"
+	           "  --verify          compare each staged tensor with a read() of its file\n"
+	           "  --timeout MS      longest wait for ring space per tensor (default: none)\n"
+	           "  -q, --quiet       no per-tensor lines, only the summary\n"
+	           "  -h, --help        show this help\n"
+	           "  -V, --version     show the version\n");
+}
+
+/* Clears the progress bar before a line is printed. */
+static void bar_clear(void)
+{
+	if (cfg.bar)
+		fputs("\r\033[K", stderr);
+}
+
+static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void errorf(const char *fmt, ...)
+{
+	va_list ap;
+
+	bar_clear();
+	fflush(stdout);
+	fputs("placefs-stage: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void bar_draw(size_t done, size_t total, uint64_t bytes, double secs)
+{
+	char b[32];
+	int width = 30, fill, i;
+
+	if (!cfg.bar)
+		return;
+	fill = total ? (int)((double)width * (double)done / (double)total) : width;
+	placefs_size_format(bytes, b, sizeof(b));
+	fputs("\r[", stderr);
+	for (i = 0; i < width; i++)
+		fputc(i < fill ? '#' : ' ', stderr);
+	fprintf(stderr, "] %zu/%zu tensors, %s, %.2f GB/s\033[K", done, total, b,
+	        secs > 0 ? (double)bytes / secs / 1e9 : 0.0);
+	fflush(stderr);
+}
+
+/* The mode from --mode or INSTANTTENSOR_COPY; -1 for a bad value. */
+static int parse_mode(const char *arg)
+{
+	const char *env;
+
+	if (arg) {
+		if (strcmp(arg, "copy") == 0)
+			return PLACEFS_IOC_STAGE_COPY;
+		if (strcmp(arg, "borrow") == 0)
+			return PLACEFS_IOC_STAGE_BORROW;
+		errorf("--mode must be copy or borrow, got '%s'", arg);
+		return -1;
+	}
+	env = getenv("INSTANTTENSOR_COPY");
+	if (!env || strcmp(env, "1") == 0)
+		return PLACEFS_IOC_STAGE_COPY;
+	if (strcmp(env, "0") == 0)
+		return PLACEFS_IOC_STAGE_BORROW;
+	errorf("INSTANTTENSOR_COPY must be 0 or 1, got '%s'", env);
+	return -1;
+}
+
+/* Reads all of fd (n bytes) into buf with read(). */
+static int read_all(int fd, uint8_t *buf, uint64_t n)
+{
+	uint64_t got = 0;
+
+	if (lseek(fd, 0, SEEK_SET) != 0)
+		return -errno;
+	while (got < n) {
+		ssize_t r = read(fd, buf + got, n - got > (1u << 30) ? (1u << 30) : n - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -EIO;
+		got += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* The mount's ring info, destination and ring mapping, made on first use. */
+static int mnt_setup(struct mnt *mt, int fd, const char *path)
+{
+	struct placefs_client_error e;
+	char sz[32];
+	int rc;
+
+	if (mt->setup_failed)
+		return -1;
+	if (mt->have_info)
+		return 0;
+	mt->setup_failed = true;
+	if (placefs_client_ring_info(fd, &mt->ri, &e) != 0) {
+		errorf("%s: %s", path, e.msg);
+		return -1;
+	}
+	if (mt->ri.backend == PLACEFS_IOC_BACKEND_NONE) {
+		errorf("%s: staging is disabled on this mount (-o device=none)", path);
+		return -1;
+	}
+	if (cfg.mode == PLACEFS_IOC_STAGE_COPY) {
+		rc = placefs_client_dest_create(&mt->ri, mt->largest, &mt->dest, &e);
+		if (rc != 0) {
+			placefs_size_format(mt->largest, sz, sizeof(sz));
+			errorf("%s: cannot make a %s destination: %s", path, sz, e.msg);
+			return -1;
+		}
+		remember_shm(mt->dest);
+	} else if (cfg.verify) {
+		rc = placefs_client_ring_map(&mt->ri, &mt->ring, &e);
+		if (rc != 0) {
+			errorf("%s: cannot map the ring to verify borrowed bytes: %s", path, e.msg);
+			return -1;
+		}
+	}
+	mt->have_info = true;
+	mt->setup_failed = false;
+	return 0;
+}
+
+struct totals {
+	size_t staged, failed, verified, prefetched;
+	uint64_t bytes;
+	double stage_s; /* wall time inside the stage ioctls */
+	double first, last;
+	double verify_s;  /* checking, between the first and the last ioctl */
+	double pending_s; /* checking since the last ioctl */
+};
+
+/*
+ * Stages one file and verifies it. The buffers hold the largest tensor.
+ * Returns 0 or -1 (the failure is reported).
+ */
+static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *got,
+                      struct totals *tot)
+{
+	struct placefs_client_error e;
+	struct placefs_ioc_stage r;
+	double t0, t1, v0;
+	char sz[32];
+	int fd, rc, ok = -1;
+	bool verified = false;
+
+	if (placefs_client_open(f->path, &fd, &e) != 0) {
+		errorf("%s", e.msg);
+		return -1;
+	}
+	if (mnt_setup(mt, fd, f->path) != 0)
+		goto out;
+	t0 = now_s();
+	if (tot->first == 0)
+		tot->first = t0;
+	tot->verify_s += tot->pending_s;
+	tot->pending_s = 0;
+	if (cfg.mode == PLACEFS_IOC_STAGE_COPY)
+		rc = placefs_client_copy(fd, mt->dest, 0, cfg.timeout_ns, &r, &e);
+	else
+		rc = placefs_client_borrow(fd, cfg.timeout_ns, &r, &e);
+	t1 = now_s();
+	tot->last = t1;
+	if (rc != 0) {
+		errorf("%s: %s [%s]", f->path, e.msg, placefs_client_errno_name(rc));
+		goto out;
+	}
+	tot->stage_s += t1 - t0;
+	if (r.nbytes != f->size) {
+		errorf("%s: the daemon staged %" PRIu64 " bytes, the file has %" PRIu64, f->path,
+		       r.nbytes, f->size);
+		goto release;
+	}
+	if (cfg.verify) {
+		v0 = now_s();
+		rc = read_all(fd, want, r.nbytes);
+		if (rc != 0) {
+			errorf("%s: read() for --verify failed: %s", f->path, strerror(-rc));
+			goto release;
+		}
+		if (cfg.mode == PLACEFS_IOC_STAGE_COPY)
+			rc = placefs_client_dest_read(mt->dest, 0, got, r.nbytes, &e);
+		else
+			rc = placefs_client_ring_read(mt->ring, r.ring_offset, got, r.nbytes, &e);
+		if (rc != 0) {
+			errorf("%s: cannot read the staged bytes back: %s", f->path, e.msg);
+			goto release;
+		}
+		if (memcmp(want, got, r.nbytes) != 0) {
+			uint64_t i = 0;
+
+			while (want[i] == got[i])
+				i++;
+			errorf("%s: staged bytes differ from read() at byte %" PRIu64 " of %" PRIu64
+			       " (ring offset %" PRIu64 ")",
+			       f->path, i, r.nbytes, r.ring_offset);
+			goto release;
+		}
+		verified = true;
+		tot->pending_s += now_s() - v0;
+	}
+	ok = 0;
+release:
+	if (cfg.mode == PLACEFS_IOC_STAGE_BORROW && placefs_client_release(fd, r.lease, &e) != 0) {
+		errorf("%s: %s", f->path, e.msg);
+		ok = -1;
+	}
+	if (ok == 0) {
+		tot->staged++;
+		tot->bytes += r.nbytes;
+		tot->verified += verified;
+		tot->prefetched += (r.out_flags & PLACEFS_IOC_STAGED_PREFETCHED) != 0;
+		if (!cfg.quiet) {
+			bar_clear();
+			placefs_size_format(r.nbytes, sz, sizeof(sz));
+			printf("%12" PRIu64 " B %10s %9.3f ms %8.2f GB/s%s%s  %s\n", r.nbytes, sz,
+			       (t1 - t0) * 1e3, t1 > t0 ? (double)r.nbytes / (t1 - t0) / 1e9 : 0.0,
+			       (r.out_flags & PLACEFS_IOC_STAGED_PREFETCHED) ? "  prefetched" : "",
+			       verified ? "  verified" : "", f->path);
+		}
+	}
+out:
+	close(fd);
+	return ok;
+}
+
+/* Groups the files by mount and finds each mount's largest file. */
+static int collect(struct file *files, size_t n, struct mnt **mnts, size_t *nmnt)
+{
+	struct mnt *v = NULL;
+	size_t i, j, k = 0;
+	struct stat st;
+
+	for (i = 0; i < n; i++) {
+		if (stat(files[i].path, &st) != 0) {
+			errorf("%s: %s", files[i].path, strerror(errno));
+			goto fail;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			errorf("%s: not a tensor file", files[i].path);
+			goto fail;
+		}
+		files[i].size = (uint64_t)st.st_size;
+		for (j = 0; j < k && v[j].dev != st.st_dev; j++)
+			;
+		if (j == k) {
+			struct mnt *nv = realloc(v, (k + 1) * sizeof(*nv));
+
+			if (!nv) {
+				errorf("out of memory");
+				goto fail;
+			}
+			v = nv;
+			memset(&v[k], 0, sizeof(v[k]));
+			v[k++].dev = st.st_dev;
+		}
+		files[i].mnt = j;
+		if (files[i].size > v[j].largest)
+			v[j].largest = files[i].size;
+	}
+	*mnts = v;
+	*nmnt = k;
+	return 0;
+fail:
+	free(v);
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+	        {"all", required_argument, NULL, 'a'}, {"mode", required_argument, NULL, 'm'},
+	        {"verify", no_argument, NULL, 'v'},    {"timeout", required_argument, NULL, 't'},
+	        {"quiet", no_argument, NULL, 'q'},     {"help", no_argument, NULL, 'h'},
+	        {"version", no_argument, NULL, 'V'},   {NULL, 0, NULL, 0},
+	};
+	struct placefs_client_error e;
+	const char *all = NULL, *mode = NULL;
+	struct file *files = NULL;
+	struct mnt *mnts = NULL;
+	struct totals tot;
+	uint8_t *want = NULL, *got = NULL;
+	uint64_t largest = 0;
+	char **names = NULL;
+	size_t nfiles = 0, nnames = 0, nmnt = 0, i;
+	double secs;
+	char sz[32];
+	int c, status = EXIT_FAIL;
+
+	while ((c = getopt_long(argc, argv, "qhV", lopts, NULL)) != -1) {
+		switch (c) {
+		case 'a': all = optarg; break;
+		case 'm': mode = optarg; break;
+		case 'v': cfg.verify = true; break;
+		case 'q': cfg.quiet = true; break;
+		case 't': {
+			char *end;
+			unsigned long long ms;
+
+			errno = 0;
+			ms = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' ||
+			    ms > UINT64_MAX / 1000000ULL) {
+				errorf("--timeout must be a number of milliseconds, got '%s'",
+				       optarg);
+				return EXIT_USAGE;
+			}
+			cfg.timeout_ns = ms * 1000000ULL;
+			break;
+		}
+		case 'h': usage(stdout); return EXIT_OK;
+		case 'V': printf("placefs-stage %s\n", PACKAGE_VERSION); return EXIT_OK;
+		default: usage(stderr); return EXIT_USAGE;
+		}
+	}
+	if ((all && optind < argc) || (!all && optind >= argc)) {
+		errorf("give either --all MOUNTPOINT or tensor files");
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	cfg.mode = parse_mode(mode);
+	if (cfg.mode < 0)
+		return EXIT_USAGE;
+	cfg.bar = isatty(2) == 1;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+
+	if (all) {
+		if (placefs_client_list_gpu(all, &names, &nnames, &e) != 0) {
+			errorf("%s", e.msg);
+			return EXIT_FAIL;
+		}
+		nfiles = nnames;
+	} else {
+		nfiles = (size_t)(argc - optind);
+	}
+	files = calloc(nfiles ? nfiles : 1, sizeof(*files));
+	if (!files) {
+		errorf("out of memory");
+		goto out;
+	}
+	for (i = 0; i < nfiles; i++) {
+		if (all) {
+			if (asprintf(&files[i].path, "%s/%s", all, names[i]) < 0) {
+				files[i].path = NULL;
+				errorf("out of memory");
+				goto out;
+			}
+		} else {
+			files[i].path = strdup(argv[optind + (int)i]);
+			if (!files[i].path) {
+				errorf("out of memory");
+				goto out;
+			}
+		}
+	}
+	if (collect(files, nfiles, &mnts, &nmnt) != 0)
+		goto out;
+	for (i = 0; i < nmnt; i++)
+		if (mnts[i].largest > largest)
+			largest = mnts[i].largest;
+	if (cfg.verify) {
+		want = malloc(largest ? largest : 1);
+		got = malloc(largest ? largest : 1);
+		if (!want || !got) {
+			errorf("cannot allocate %" PRIu64 " bytes to verify with", largest);
+			goto out;
+		}
+	}
+
+	memset(&tot, 0, sizeof(tot));
+	for (i = 0; i < nfiles; i++) {
+		if (stage_file(&files[i], &mnts[files[i].mnt], want, got, &tot) != 0)
+			tot.failed++;
+		bar_draw(i + 1, nfiles, tot.bytes,
+		         tot.last > tot.first ? tot.last - tot.first - tot.verify_s : 0);
+	}
+	bar_clear();
+
+	/* From the first ioctl to the return of the last one, without the checks in between. */
+	secs = tot.last > tot.first ? tot.last - tot.first - tot.verify_s : 0;
+	placefs_size_format(tot.bytes, sz, sizeof(sz));
+	printf("placefs-stage: %zu of %zu tensors staged (%s), %" PRIu64 " bytes (%s) in %.3f s: "
+	       "%.2f GB/s; %.3f s in the ioctls; %zu prefetched",
+	       tot.staged, nfiles, cfg.mode == PLACEFS_IOC_STAGE_COPY ? "copy" : "borrow",
+	       tot.bytes, sz, secs, secs > 0 ? (double)tot.bytes / secs / 1e9 : 0.0, tot.stage_s,
+	       tot.prefetched);
+	if (nmnt == 1 && mnts[0].have_info)
+		printf("; ring %" PRIu64 " bytes on %s", mnts[0].ri.ring_bytes,
+		       mnts[0].ri.backend == PLACEFS_IOC_BACKEND_CUDA ? "cuda" : "host");
+	putchar('\n');
+	if (cfg.verify)
+		printf("verify: %zu of %zu tensors byte-exact\n", tot.verified, nfiles);
+	if (tot.failed)
+		printf("placefs-stage: %zu tensor%s failed\n", tot.failed,
+		       tot.failed == 1 ? "" : "s");
+	status = tot.failed ? EXIT_FAIL : EXIT_OK;
+out:
+	for (i = 0; i < nmnt; i++) {
+		placefs_client_dest_free(mnts[i].dest);
+		placefs_client_ring_unmap(mnts[i].ring);
+	}
+	free(mnts);
+	for (i = 0; files && i < nfiles; i++)
+		free(files[i].path);
+	free(files);
+	placefs_client_list_free(names, nnames);
+	free(want);
+	free(got);
+	return status;
+}

@@ -1,0 +1,893 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "log.h"
+#include "size.h"
+#include "stage.h"
+/* lib/stage.h: the stager. Named by path, as this directory has a stage.h of its own. */
+#include "../lib/stage.h"
+
+/* GPU tensors handed to the prefetcher after each stage, and when to hand on more. */
+#define HINT_WINDOW PLACEFS_STAGE_PREFETCH_MAX
+/* How often the watcher looks whether the session is ending. */
+#define WATCH_NS (100ULL * 1000 * 1000)
+/* A timeout longer than this (about 100 years) is no timeout. */
+#define TIMEOUT_MAX_NS (3155760000ULL * 1000000000ULL)
+
+/* One STAGE request while it runs (on a FUSE worker's stack or on the heap). */
+struct sreq {
+	struct sreq *prev;
+	struct sreq *next;
+	struct fs_stage *fs;
+	fuse_req_t req;
+	int cancel; /* set by an interrupt or by shutdown; polled by the ring */
+	uint64_t fh;
+	size_t entry;
+	uid_t uid;
+	struct placefs_ioc_stage io;
+};
+
+struct fs_stage {
+	struct placefs_mount *m;
+	struct placefs_stager *st; /* NULL: staging disabled */
+	struct placefs_backend_info info;
+	uint64_t align;
+	char device[160];   /* for the log and stats: "none", "host (/placefs-1-0)", ... */
+	char log_line[768]; /* what placefs_fs_stage_log() says */
+
+	/* GPU-placed plan entries in checkpoint order, and each entry's position there. */
+	size_t ngpu;
+	size_t *gpu;
+	size_t *gpu_pos; /* SIZE_MAX for cpu-placed entries */
+
+	pthread_mutex_t hint_lock;
+	bool hinted;
+	size_t hint_lo; /* the hint list is gpu[hint_lo, hint_hi) */
+	size_t hint_hi;
+	size_t last_pos; /* the GPU position staged last */
+
+	pthread_mutex_t lock; /* the in-flight list, `detached`, `closing` */
+	pthread_cond_t cond;  /* detached threads ended; the watcher's clock */
+	struct sreq *inflight;
+	unsigned detached;
+	bool closing;
+	bool watch_stop;
+	bool watcher_started;
+	pthread_t watcher;
+
+	atomic_uint inline_busy;
+	unsigned inline_max;
+	atomic_uint_fast64_t refused; /* requests refused before reaching the stager */
+	atomic_uint_fast64_t threads; /* stages that ran on a thread of their own */
+};
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static bool all_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+static const char *fname_of(struct placefs_mount *m, size_t entry)
+{
+	return placefs_plan_entry(m->plan, entry)->fname;
+}
+
+/* Logs why a request is refused before it reaches the stager, and answers it. */
+static void refuse(fuse_req_t req, struct fs_stage *fs, int e, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
+static void refuse(fuse_req_t req, struct fs_stage *fs, int e, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (fs)
+		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
+	placefs_log(e == EFBIG ? LOG_NOTICE : LOG_WARNING, "staging: %s (%s)", msg, strerror(e));
+	fuse_reply_err(req, e);
+}
+
+static int cond_init_mono(pthread_cond_t *c)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if (pthread_condattr_init(&ca) != 0)
+		return -ENOMEM;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(c, &ca) == 0 ? 0 : -ENOMEM;
+	pthread_condattr_destroy(&ca);
+	return rc;
+}
+
+/* ---- cancellation ------------------------------------------------------------ */
+
+static void on_interrupt(fuse_req_t req, void *data)
+{
+	struct sreq *r = data;
+
+	(void)req;
+	__atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+	placefs_stager_wake(r->fs->st);
+}
+
+/* Ends every wait and refuses new stages: the session is ending. */
+static void cancel_all(struct fs_stage *fs)
+{
+	struct sreq *r;
+
+	pthread_mutex_lock(&fs->lock);
+	fs->closing = true;
+	for (r = fs->inflight; r; r = r->next)
+		__atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&fs->lock);
+	if (fs->st)
+		placefs_stager_wake(fs->st);
+}
+
+static void inflight_add(struct fs_stage *fs, struct sreq *r)
+{
+	pthread_mutex_lock(&fs->lock);
+	r->prev = NULL;
+	r->next = fs->inflight;
+	if (fs->inflight)
+		fs->inflight->prev = r;
+	fs->inflight = r;
+	/* Registered before this check, so cancel_all() cannot miss it. */
+	if (fs->closing)
+		r->cancel = 1;
+	pthread_mutex_unlock(&fs->lock);
+}
+
+static void inflight_del(struct fs_stage *fs, struct sreq *r)
+{
+	pthread_mutex_lock(&fs->lock);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		fs->inflight = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/*
+ * libfuse ends the session loop by joining its workers, and a worker waiting
+ * for ring space would keep it from ever returning (SIGTERM with a lease
+ * held elsewhere). This thread notices the session's end and cancels the
+ * waits; a stage already past its wait finishes its I/O normally.
+ */
+static void *watch_main(void *arg)
+{
+	struct fs_stage *fs = arg;
+	struct timespec ts;
+
+	pthread_mutex_lock(&fs->lock);
+	while (!fs->watch_stop) {
+		if (fs->m->se && fuse_session_exited(fs->m->se)) {
+			pthread_mutex_unlock(&fs->lock);
+			cancel_all(fs);
+			pthread_mutex_lock(&fs->lock);
+			break;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += (long)WATCH_NS;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&fs->cond, &fs->lock, &ts);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
+}
+
+/* ---- prefetch hints -------------------------------------------------------------- */
+
+/*
+ * After a stage of GPU tensor `entry`, makes sure the prefetcher knows the
+ * GPU tensors that follow it. A loader walking the plan moves the stager's
+ * cursor along the current list by itself; a new list (the next HINT_WINDOW
+ * tensors) is handed over only when the loader has used half of it or did
+ * not ask for the tensor after the last one (it started again or jumped),
+ * so the cost stays O(1) per stage.
+ */
+static void hint_after(struct fs_stage *fs, size_t entry)
+{
+	struct placefs_prefetch_item *items;
+	struct placefs_error err;
+	size_t pos = fs->gpu_pos[entry], lo, hi, i;
+
+	if (pos == SIZE_MAX || !fs->m->opts->prefetch)
+		return;
+	pthread_mutex_lock(&fs->hint_lock);
+	if (fs->hinted && pos == fs->last_pos + 1 && pos < fs->hint_lo + HINT_WINDOW / 2 &&
+	    pos < fs->hint_hi) {
+		fs->last_pos = pos;
+		pthread_mutex_unlock(&fs->hint_lock);
+		return;
+	}
+	fs->last_pos = pos;
+	lo = pos + 1;
+	hi = fs->ngpu - lo > HINT_WINDOW ? lo + HINT_WINDOW : fs->ngpu;
+	items = calloc(hi > lo ? hi - lo : 1, sizeof(*items));
+	if (!items) {
+		pthread_mutex_unlock(&fs->hint_lock);
+		return;
+	}
+	for (i = lo; i < hi; i++) {
+		const struct placefs_tensor *t =
+		        placefs_plan_entry(fs->m->plan, fs->gpu[i])->tensor;
+
+		items[i - lo].fd = placefs_ckpt_shard(fs->m->ckpt, t->shard)->fd;
+		items[i - lo].offset = t->offset;
+		items[i - lo].nbytes = t->nbytes;
+		items[i - lo].key = fs->gpu[i] + 1;
+	}
+	placefs_error_clear(&err);
+	if (placefs_stager_prefetch(fs->st, items, hi - lo, &err) == 0) {
+		fs->hinted = true;
+		fs->hint_lo = lo;
+		fs->hint_hi = hi;
+	}
+	pthread_mutex_unlock(&fs->hint_lock);
+	free(items);
+}
+
+/* ---- STAGE -------------------------------------------------------------------------- */
+
+static void run_stage(struct sreq *r)
+{
+	struct fs_stage *fs = r->fs;
+	struct placefs_mount *m = fs->m;
+	const struct placefs_tensor *t = placefs_plan_entry(m->plan, r->entry)->tensor;
+	int fd = placefs_ckpt_shard(m->ckpt, t->shard)->fd;
+	struct placefs_stage_opts o = {
+	        .key = r->entry + 1,
+	        .owner = r->fh,
+	        .cancel = &r->cancel,
+	        .name = t->name,
+	};
+	struct placefs_stage_span span;
+	struct placefs_error err;
+	struct placefs_dest dest;
+	struct timespec dl;
+	struct placefs_ioc_stage *io = &r->io;
+	int rc;
+
+	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += (time_t)(io->timeout_ns / 1000000000ULL);
+		dl.tv_nsec += (long)(io->timeout_ns % 1000000000ULL);
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+		o.deadline = &dl;
+	}
+	placefs_error_clear(&err);
+	inflight_add(fs, r);
+	fuse_req_interrupt_func(r->req, on_interrupt, r);
+	if (io->mode == PLACEFS_IOC_STAGE_COPY) {
+		memset(&dest, 0, sizeof(dest));
+		dest.kind = io->dest_kind;
+		dest.handle_bytes = io->dest_handle_bytes;
+		memcpy(dest.handle, io->dest_handle, sizeof(dest.handle));
+		dest.offset = io->dest_offset;
+		dest.size = io->dest_size;
+		/* The daemon writes only into shared memory that belongs to the caller. */
+		dest.check_uid = 1;
+		dest.uid = r->uid;
+		rc = placefs_stager_stage_copy(fs->st, fd, t->offset, t->nbytes, &o, &dest, &span,
+		                               &err);
+	} else {
+		rc = placefs_stager_stage(fs->st, fd, t->offset, t->nbytes, &o, &span, &err);
+	}
+	/* After this no interrupt callback runs, so r may go away. */
+	fuse_req_interrupt_func(r->req, NULL, NULL);
+	inflight_del(fs, r);
+
+	if (rc != 0) {
+		/* Timeouts and interrupts are flow control, counted in stats, not logged. */
+		if (rc != -ETIMEDOUT && rc != -EINTR)
+			placefs_log(rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
+			            "staging: %s of '%s' failed (%s): %s",
+			            io->mode == PLACEFS_IOC_STAGE_COPY ? "copy" : "borrow",
+			            fname_of(m, r->entry), strerror(-rc),
+			            err.msg[0] ? err.msg : strerror(-rc));
+		fuse_reply_err(r->req, -rc);
+		return;
+	}
+	io->nbytes = span.nbytes;
+	io->ring_offset = span.ring_offset;
+	io->lease = span.lease;
+	io->wait_ns = span.wait_ns;
+	io->read_ns = span.read_ns;
+	io->copy_ns = span.copy_ns;
+	io->total_ns = span.total_ns;
+	io->out_flags = span.prefetched ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
+	if (fuse_reply_ioctl(r->req, 0, io, sizeof(*io)) != 0 && span.lease)
+		/* The caller is gone before it heard of its lease: nobody can release it. */
+		placefs_stager_release(fs->st, span.lease, r->fh);
+	hint_after(fs, r->entry);
+}
+
+static void *detached_main(void *arg)
+{
+	struct sreq *r = arg;
+	struct fs_stage *fs = r->fs;
+
+	run_stage(r);
+	free(r);
+	pthread_mutex_lock(&fs->lock);
+	if (--fs->detached == 0)
+		pthread_cond_broadcast(&fs->cond);
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
+}
+
+/* A shm name as the backend accepts it: "/name", no other '/', NUL-terminated. */
+static bool shm_name_ok(const uint8_t *h, uint32_t bytes)
+{
+	size_t len;
+
+	if (bytes < 3 || bytes > PLACEFS_IOC_HANDLE_MAX)
+		return false;
+	len = strnlen((const char *)h, bytes);
+	return len == (size_t)bytes - 1 && h[0] == '/' && !memchr(h + 1, '/', len - 1);
+}
+
+/* Writes why a request is malformed and returns EINVAL. */
+static int bad(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int bad(char *why, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, len, fmt, ap);
+	va_end(ap);
+	return EINVAL;
+}
+
+/* Every field of a STAGE request; 0 or the errno, with a message. */
+static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
+{
+	if (s->version != PLACEFS_IOC_VERSION)
+		return bad(why, len, "version %u, expected %u", s->version, PLACEFS_IOC_VERSION);
+	if (s->size != sizeof(*s))
+		return bad(why, len, "size field %u, expected %zu", s->size, sizeof(*s));
+	if (s->mode != PLACEFS_IOC_STAGE_BORROW && s->mode != PLACEFS_IOC_STAGE_COPY)
+		return bad(why, len, "unknown mode %u", s->mode);
+	if (s->flags != 0)
+		return bad(why, len, "flags 0x%x (none is defined)", s->flags);
+	if (s->pad0 != 0 || !all_zero(s->reserved, sizeof(s->reserved)))
+		return bad(why, len, "a reserved field is not zero");
+	if (s->mode == PLACEFS_IOC_STAGE_BORROW) {
+		if (s->dest_kind || s->dest_handle_bytes || s->dest_offset || s->dest_size ||
+		    !all_zero(s->dest_handle, sizeof(s->dest_handle)))
+			return bad(why, len, "borrow mode takes no destination");
+		return 0;
+	}
+	switch (s->dest_kind) {
+	case PLACEFS_IOC_HANDLE_CUDA_IPC:
+		if (s->dest_handle_bytes != PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES)
+			return bad(why, len, "a CUDA IPC handle is %d bytes, not %u",
+			           PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES, s->dest_handle_bytes);
+		break;
+	case PLACEFS_IOC_HANDLE_HOST_SHM:
+		if (!shm_name_ok(s->dest_handle, s->dest_handle_bytes))
+			return bad(why, len,
+			           "destination shm name must be \"/name\" (no other '/') "
+			           "with dest_handle_bytes its length + 1");
+		break;
+	default: return bad(why, len, "unknown destination kind %u", s->dest_kind);
+	}
+	if (s->dest_handle_bytes < PLACEFS_IOC_HANDLE_MAX &&
+	    !all_zero(s->dest_handle + s->dest_handle_bytes,
+	              PLACEFS_IOC_HANDLE_MAX - s->dest_handle_bytes))
+		return bad(why, len, "bytes after the destination handle are not zero");
+	if (s->dest_offset > s->dest_size)
+		return bad(why, len, "dest_offset %llu is past dest_size %llu",
+		           (unsigned long long)s->dest_offset, (unsigned long long)s->dest_size);
+	return 0;
+}
+
+static void do_stage(fuse_req_t req, struct fs_stage *fs, size_t entry, uint64_t fh,
+                     const struct placefs_ioc_stage *in)
+{
+	struct placefs_mount *m = fs->m;
+	const struct placefs_plan_entry *e = placefs_plan_entry(m->plan, entry);
+	struct sreq local, *r;
+	pthread_attr_t attr;
+	pthread_t tid;
+	char why[256];
+	int rc;
+
+	rc = check_stage(in, why, sizeof(why));
+	if (rc) {
+		refuse(req, fs, rc, "'%s': bad stage request: %s", e->fname, why);
+		return;
+	}
+	if (!fs->st) {
+		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
+		fuse_reply_err(req, ENODEV);
+		return;
+	}
+	if (e->placement == PLACEFS_PLACE_CPU || e->tensor->nbytes > fs->info.ring_bytes) {
+		char lim[32], ring[32];
+
+		placefs_size_format(placefs_plan_limit(m->plan), lim, sizeof(lim));
+		placefs_size_format(fs->info.ring_bytes, ring, sizeof(ring));
+		refuse(req, fs, EFBIG,
+		       "tensor \"%s\" (%llu bytes) is placed on the %s and is not staged: "
+		       "staging limit %s, ring %llu bytes (%s)",
+		       e->tensor->name, (unsigned long long)e->tensor->nbytes,
+		       placefs_placement_name(e->placement),
+		       placefs_plan_has_limit(m->plan) ? lim : "none",
+		       (unsigned long long)fs->info.ring_bytes, ring);
+		return;
+	}
+	if (in->mode == PLACEFS_IOC_STAGE_COPY && in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+	    fs->info.handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+	    strcmp((const char *)in->dest_handle, (const char *)fs->info.handle) == 0) {
+		refuse(req, fs, EINVAL, "'%s': the destination is the staging ring itself",
+		       e->fname);
+		return;
+	}
+	rc = placefs_mount_shard_ok(m, e->tensor->shard);
+	if (rc < 0) {
+		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+
+	memset(&local, 0, sizeof(local));
+	local.fs = fs;
+	local.req = req;
+	local.fh = fh;
+	local.entry = entry;
+	local.uid = fuse_req_ctx(req)->uid;
+	local.io = *in;
+
+	/* Inline while enough workers stay free for RELEASE and INTERRUPT requests. */
+	if (atomic_fetch_add(&fs->inline_busy, 1) < fs->inline_max) {
+		run_stage(&local);
+		atomic_fetch_sub(&fs->inline_busy, 1);
+		return;
+	}
+	atomic_fetch_sub(&fs->inline_busy, 1);
+	r = malloc(sizeof(*r));
+	if (r) {
+		*r = local;
+		pthread_mutex_lock(&fs->lock);
+		fs->detached++;
+		pthread_mutex_unlock(&fs->lock);
+		rc = pthread_attr_init(&attr);
+		if (rc == 0) {
+			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+			rc = pthread_create(&tid, &attr, detached_main, r);
+			pthread_attr_destroy(&attr);
+		}
+		if (rc == 0) {
+			atomic_fetch_add_explicit(&fs->threads, 1, memory_order_relaxed);
+			return;
+		}
+		pthread_mutex_lock(&fs->lock);
+		if (--fs->detached == 0)
+			pthread_cond_broadcast(&fs->cond);
+		pthread_mutex_unlock(&fs->lock);
+		free(r);
+	}
+	/* No thread to be had: wait on this worker after all. */
+	run_stage(&local);
+}
+
+/* ---- RING_INFO, RELEASE ---------------------------------------------------------------- */
+
+static void do_ring_info(fuse_req_t req, struct fs_stage *fs, const char *fname,
+                         const struct placefs_ioc_ring_info *in)
+{
+	struct placefs_ioc_ring_info out;
+
+	if (in->version != PLACEFS_IOC_VERSION || in->size != sizeof(*in)) {
+		refuse(req, fs, EINVAL, "'%s': ring info with version %u size %u, expected %u %zu",
+		       fname, in->version, in->size, PLACEFS_IOC_VERSION, sizeof(*in));
+		return;
+	}
+	if (!all_zero(in->reserved, sizeof(in->reserved))) {
+		refuse(req, fs, EINVAL, "'%s': ring info with a non-zero reserved field", fname);
+		return;
+	}
+	memset(&out, 0, sizeof(out));
+	out.version = PLACEFS_IOC_VERSION;
+	out.size = sizeof(out);
+	out.backend = PLACEFS_IOC_BACKEND_NONE;
+	out.device = -1;
+	if (fs && fs->st) {
+		out.backend = (uint32_t)fs->info.kind;
+		out.device = fs->info.device;
+		out.ring_bytes = fs->info.ring_bytes;
+		out.host_buffer_bytes = fs->info.host_buffer_bytes;
+		out.alignment = fs->align;
+		out.handle_kind = fs->info.handle_kind;
+		out.handle_bytes = fs->info.handle_bytes;
+		memcpy(out.handle, fs->info.handle, sizeof(out.handle));
+	}
+	fuse_reply_ioctl(req, 0, &out, sizeof(out));
+}
+
+static void do_release(fuse_req_t req, struct fs_stage *fs, const char *fname, uint64_t fh,
+                       const struct placefs_ioc_release *in)
+{
+	if (in->version != PLACEFS_IOC_VERSION || in->size != sizeof(*in)) {
+		refuse(req, fs, EINVAL, "'%s': release with version %u size %u, expected %u %zu",
+		       fname, in->version, in->size, PLACEFS_IOC_VERSION, sizeof(*in));
+		return;
+	}
+	if (!all_zero(in->reserved, sizeof(in->reserved))) {
+		refuse(req, fs, EINVAL, "'%s': release with a non-zero reserved field", fname);
+		return;
+	}
+	if (!fs || !fs->st) {
+		fuse_reply_err(req, ENODEV);
+		return;
+	}
+	/* Only leases taken on this file handle; 0 is never a lease. */
+	if (in->lease == 0 || placefs_stager_release(fs->st, in->lease, fh) != 0) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	fuse_reply_ioctl(req, 0, NULL, 0);
+}
+
+void placefs_fs_stage_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+                            struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+                            size_t in_bufsz, size_t out_bufsz)
+{
+	struct placefs_mount *m = fuse_req_userdata(req);
+	struct fs_stage *fs = m->stage;
+	struct placefs_vnode node;
+	unsigned int want;
+	size_t size, out_size;
+	const char *fname;
+
+	(void)arg;
+	/*
+	 * Only tensor files have staging commands; control files and
+	 * directories (which libfuse already refuses) answer ENOTTY, as does
+	 * any ioctl that is not one of ours (FS_IOC_GETFLAGS from lsattr...).
+	 * FUSE_IOCTL_COMPAT / _32BIT are accepted: the structs are fixed-width
+	 * and the command numbers the same for 32- and 64-bit callers.
+	 */
+	if ((flags & FUSE_IOCTL_DIR) || placefs_vtree_get(m->vt, ino, &node) != 0 ||
+	    node.kind != PLACEFS_V_TENSOR || _IOC_TYPE(cmd) != PLACEFS_IOC_MAGIC) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	fname = fname_of(m, node.entry);
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(PLACEFS_IOC_RING_INFO):
+		want = PLACEFS_IOC_RING_INFO;
+		size = out_size = sizeof(struct placefs_ioc_ring_info);
+		break;
+	case _IOC_NR(PLACEFS_IOC_STAGE):
+		want = PLACEFS_IOC_STAGE;
+		size = out_size = sizeof(struct placefs_ioc_stage);
+		break;
+	case _IOC_NR(PLACEFS_IOC_RELEASE):
+		want = PLACEFS_IOC_RELEASE;
+		size = sizeof(struct placefs_ioc_release);
+		out_size = 0;
+		break;
+	default: fuse_reply_err(req, ENOTTY); return;
+	}
+	/*
+	 * One of our commands encoded with another size or direction: the
+	 * kernel moved that many bytes, which are not our struct.
+	 */
+	if (cmd != want || in_bufsz != size || out_bufsz != out_size || !in_buf) {
+		refuse(req, fs, EINVAL,
+		       "'%s': ioctl 0x%08x carries %zu bytes in and %zu out; command %u takes "
+		       "0x%08x with %zu in and %zu out",
+		       fname, cmd, in_bufsz, out_bufsz, _IOC_NR(cmd), want, size, out_size);
+		return;
+	}
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(PLACEFS_IOC_RING_INFO): {
+		struct placefs_ioc_ring_info ri;
+
+		memcpy(&ri, in_buf, sizeof(ri));
+		do_ring_info(req, fs, fname, &ri);
+		return;
+	}
+	case _IOC_NR(PLACEFS_IOC_STAGE): {
+		struct placefs_ioc_stage s;
+
+		memcpy(&s, in_buf, sizeof(s));
+		if (!fs) {
+			fuse_reply_err(req, ENODEV);
+			return;
+		}
+		do_stage(req, fs, node.entry, fi->fh, &s);
+		return;
+	}
+	default: {
+		struct placefs_ioc_release rel;
+
+		memcpy(&rel, in_buf, sizeof(rel));
+		do_release(req, fs, fname, fi->fh, &rel);
+		return;
+	}
+	}
+}
+
+void placefs_fs_stage_release(struct placefs_mount *m, uint64_t fh)
+{
+	struct fs_stage *fs = m->stage;
+
+	if (fs && fs->st)
+		placefs_stager_release_owner(fs->st, fh);
+}
+
+/* ---- stats --------------------------------------------------------------------------- */
+
+static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
+{
+	const struct fs_stage *fs = m->stage;
+	struct placefs_stager_stats s;
+	int rc;
+
+	if ((rc = placefs_strbuf_adds(sb, ", \"staging\": {\"device\": ")) < 0 ||
+	    (rc = placefs_strbuf_add_json_string(sb, fs ? fs->device : "none")) < 0)
+		return rc;
+	if (!fs || !fs->st)
+		return placefs_strbuf_adds(sb, ", \"backend\": \"none\"}");
+	placefs_stager_stats(fs->st, &s);
+	return placefs_strbuf_addf(
+	        sb,
+	        ", \"backend\": \"%s\", \"ring_bytes\": %llu, \"ring_used\": %llu, "
+	        "\"ring_high_water\": %llu, \"host_buffer_bytes\": %llu, \"chunk_bytes\": %llu, "
+	        "\"io_threads\": %llu, \"staged\": {\"copy\": {\"tensors\": %llu, \"bytes\": "
+	        "%llu}, \"borrow\": {\"tensors\": %llu, \"bytes\": %llu}}, \"waits\": %llu, "
+	        "\"wait_ns\": %llu, \"errors\": %llu, \"refused\": %llu, \"leases\": %llu, "
+	        "\"released\": %llu, \"read_bytes\": %llu, \"prefetch\": {\"issued\": %llu, "
+	        "\"hits\": %llu, \"evicted\": %llu, \"held\": %llu}, \"stage_threads\": %llu}",
+	        placefs_backend_kind_name(fs->info.kind), (unsigned long long)s.ring_capacity,
+	        (unsigned long long)s.ring_used, (unsigned long long)s.ring_high_water,
+	        (unsigned long long)s.host_buffer_bytes, (unsigned long long)s.chunk_bytes,
+	        (unsigned long long)s.io_threads,
+	        (unsigned long long)s.staged[PLACEFS_IOC_STAGE_COPY],
+	        (unsigned long long)s.staged_bytes[PLACEFS_IOC_STAGE_COPY],
+	        (unsigned long long)s.staged[PLACEFS_IOC_STAGE_BORROW],
+	        (unsigned long long)s.staged_bytes[PLACEFS_IOC_STAGE_BORROW],
+	        (unsigned long long)s.ring_waits, (unsigned long long)s.ring_wait_ns,
+	        (unsigned long long)s.errors,
+	        (unsigned long long)atomic_load_explicit(&fs->refused, memory_order_relaxed),
+	        (unsigned long long)s.leases, (unsigned long long)s.released,
+	        (unsigned long long)s.read_bytes, (unsigned long long)s.prefetch_issued,
+	        (unsigned long long)s.prefetch_hits, (unsigned long long)s.prefetch_evicted,
+	        (unsigned long long)s.prefetch_held,
+	        (unsigned long long)atomic_load_explicit(&fs->threads, memory_order_relaxed));
+}
+
+/* ---- create / free --------------------------------------------------------------------- */
+
+/* The backend spec for the options; NULL with *why set when staging stays off. */
+static const char *choose_device(const struct placefs_opts *o, char *spec, size_t len, char *why,
+                                 size_t wlen)
+{
+	struct placefs_error err;
+	int n;
+
+	switch (o->device) {
+	case PLACEFS_DEVICE_NONE: snprintf(why, wlen, "-o device=none"); return NULL;
+	case PLACEFS_DEVICE_HOST: return "host";
+	case PLACEFS_DEVICE_CUDA: snprintf(spec, len, "cuda:%d", o->device_index); return spec;
+	case PLACEFS_DEVICE_AUTO: break;
+	}
+	/* The default: the first GPU when there is one, else no staging. */
+	placefs_error_clear(&err);
+	n = placefs_backend_cuda_devices(&err);
+	if (n > 0)
+		return "cuda:0";
+	snprintf(why, wlen,
+	         "no -o device given and %.300s; -o device=host stages through shared "
+	         "memory",
+	         n == 0 ? "no CUDA device is present" : err.msg);
+	return NULL;
+}
+
+static int fs_stage_init(struct fs_stage *fs, struct placefs_mount *m)
+{
+	size_t i, n = placefs_plan_count(m->plan);
+
+	fs->m = m;
+	atomic_init(&fs->inline_busy, 0);
+	atomic_init(&fs->refused, 0);
+	atomic_init(&fs->threads, 0);
+	if (pthread_mutex_init(&fs->lock, NULL) != 0)
+		return -ENOMEM;
+	if (pthread_mutex_init(&fs->hint_lock, NULL) != 0)
+		goto fail_hint;
+	if (cond_init_mono(&fs->cond) != 0)
+		goto fail_cond;
+	fs->gpu = malloc((n ? n : 1) * sizeof(*fs->gpu));
+	fs->gpu_pos = malloc((n ? n : 1) * sizeof(*fs->gpu_pos));
+	if (!fs->gpu || !fs->gpu_pos)
+		goto fail_alloc;
+	for (i = 0; i < n; i++) {
+		if (placefs_plan_entry(m->plan, i)->placement == PLACEFS_PLACE_GPU) {
+			fs->gpu_pos[i] = fs->ngpu;
+			fs->gpu[fs->ngpu++] = i;
+		} else {
+			fs->gpu_pos[i] = SIZE_MAX;
+		}
+	}
+	/* Half the workers may wait on the ring; -s has only one, which never may. */
+	fs->inline_max = m->opts->singlethread ? 0 : m->opts->max_threads / 2;
+	return 0;
+fail_alloc:
+	free(fs->gpu);
+	free(fs->gpu_pos);
+	pthread_cond_destroy(&fs->cond);
+fail_cond:
+	pthread_mutex_destroy(&fs->hint_lock);
+fail_hint:
+	pthread_mutex_destroy(&fs->lock);
+	return -ENOMEM;
+}
+
+int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
+{
+	struct placefs_stager_config cfg;
+	struct placefs_error e;
+	struct fs_stage *fs;
+	char spec[32], why[512], ring[32], hb[32], chunk[32];
+	char line[512];
+	const char *dev;
+	int rc;
+
+	fs = calloc(1, sizeof(*fs));
+	if (!fs)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	if (fs_stage_init(fs, m) != 0) {
+		free(fs);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	}
+	why[0] = '\0';
+	dev = choose_device(m->opts, spec, sizeof(spec), why, sizeof(why));
+	snprintf(fs->device, sizeof(fs->device), "none");
+	if (dev) {
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.device = dev;
+		cfg.ring_bytes = placefs_plan_ring_bytes(m->plan);
+		cfg.host_buffer = m->opts->host_buffer;
+		cfg.prefetch = m->opts->prefetch;
+		placefs_error_clear(&e);
+		rc = placefs_stager_create(&cfg, &fs->st, &e);
+		if (rc != 0 && m->opts->device != PLACEFS_DEVICE_AUTO) {
+			/* Asked for explicitly: refuse to mount, saying why. */
+			placefs_error_set(err, rc, e.kind, "staging (-o device=%s): %s", dev,
+			                  e.msg);
+			placefs_fs_stage_free(&(struct placefs_mount){.stage = fs});
+			return rc;
+		}
+		if (rc != 0) {
+			/* The default device: the mount works without staging. */
+			fs->st = NULL;
+			snprintf(why, sizeof(why),
+			         "no -o device given and %.16s could not be set up: %.400s", dev,
+			         e.msg);
+		} else {
+			placefs_backend_get_info(placefs_stager_backend(fs->st), &fs->info);
+			fs->align = PLACEFS_STAGE_ALIGN_DEFAULT;
+			snprintf(fs->device, sizeof(fs->device), "%s", fs->info.name);
+		}
+	}
+	m->stage = fs;
+	m->stats_hook = stats_hook;
+	if (!fs->st) {
+		snprintf(fs->log_line, sizeof(fs->log_line), "staging: disabled (%s)", why);
+		return 0;
+	}
+
+	rc = -pthread_create(&fs->watcher, NULL, watch_main, fs);
+	if (rc != 0) {
+		m->stage = NULL;
+		m->stats_hook = NULL;
+		placefs_fs_stage_free(&(struct placefs_mount){.stage = fs});
+		return placefs_error_set(err, rc, PLACEFS_E_IO,
+		                         "staging: cannot start a thread: %s", strerror(-rc));
+	}
+	fs->watcher_started = true;
+
+	placefs_size_format(fs->info.ring_bytes, ring, sizeof(ring));
+	placefs_size_format(fs->info.host_buffer_bytes, hb, sizeof(hb));
+	placefs_size_format(fs->info.chunk_bytes, chunk, sizeof(chunk));
+	snprintf(fs->log_line, sizeof(fs->log_line),
+	         "staging: %s: ring %llu bytes (%s, one allocation), host buffer %llu bytes "
+	         "(%s: %u chunks of %s), prefetch %s",
+	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
+	         (unsigned long long)fs->info.host_buffer_bytes, hb, fs->info.nchunks, chunk,
+	         m->opts->prefetch ? "on" : "off");
+	snprintf(line, sizeof(line),
+	         "staging: device %s, ring %llu bytes (%s), host buffer %llu bytes (%s)\n",
+	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
+	         (unsigned long long)fs->info.host_buffer_bytes, hb);
+	rc = placefs_vtree_append_plan(m->vt, line);
+	if (rc != 0) {
+		placefs_fs_stage_shutdown(m);
+		placefs_fs_stage_free(m);
+		return placefs_error_set(err, rc, PLACEFS_E_NOMEM, "out of memory");
+	}
+	return 0;
+}
+
+void placefs_fs_stage_log(const struct placefs_mount *m)
+{
+	const struct fs_stage *fs = m->stage;
+
+	if (fs && fs->log_line[0])
+		placefs_log(LOG_INFO, "%s", fs->log_line);
+}
+
+void placefs_fs_stage_shutdown(struct placefs_mount *m)
+{
+	struct fs_stage *fs = m ? m->stage : NULL;
+
+	if (!fs)
+		return;
+	cancel_all(fs);
+	pthread_mutex_lock(&fs->lock);
+	while (fs->detached > 0)
+		pthread_cond_wait(&fs->cond, &fs->lock);
+	fs->watch_stop = true;
+	pthread_cond_broadcast(&fs->cond);
+	pthread_mutex_unlock(&fs->lock);
+	if (fs->watcher_started) {
+		pthread_join(fs->watcher, NULL);
+		fs->watcher_started = false;
+	}
+}
+
+void placefs_fs_stage_free(struct placefs_mount *m)
+{
+	struct fs_stage *fs = m ? m->stage : NULL;
+
+	if (!fs)
+		return;
+	placefs_fs_stage_shutdown(m);
+	placefs_stager_free(fs->st);
+	free(fs->gpu);
+	free(fs->gpu_pos);
+	pthread_cond_destroy(&fs->cond);
+	pthread_mutex_destroy(&fs->hint_lock);
+	pthread_mutex_destroy(&fs->lock);
+	free(fs);
+	m->stage = NULL;
+	m->stats_hook = NULL;
+}

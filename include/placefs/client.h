@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * placefs/client.h: a small C client of a placefs mount's GPU staging.
+ *
+ * It wraps the ioctl protocol of <placefs/ioctl.h> and the memory a client
+ * needs around it, so a program never has to include CUDA headers itself:
+ *
+ *   int fd;
+ *   struct placefs_ioc_ring_info ri;
+ *   struct placefs_client_dest *d;
+ *   struct placefs_ioc_stage r;
+ *   struct placefs_client_error e;
+ *
+ *   placefs_client_open("/mnt/ckpt/model.layers.0.mlp.up_proj.weight", &fd, &e);
+ *   placefs_client_ring_info(fd, &ri, &e);
+ *   placefs_client_dest_create(&ri, 64 << 20, &d, &e);   // shm or cudaMalloc
+ *   placefs_client_copy(fd, d, 0, 0, &r, &e);            // r.nbytes are in d
+ *   ...
+ *   placefs_client_dest_free(d);
+ *   close(fd);
+ *
+ * Borrow mode instead leases ring bytes: map the ring once with
+ * placefs_client_ring_map(), then placefs_client_borrow() gives
+ * [r.ring_offset, r.ring_offset + r.nbytes), valid until
+ * placefs_client_release() or close(fd).
+ *
+ * Memory follows the mount's backend (ring_info.backend):
+ *   host  destinations are POSIX shared-memory objects this library creates
+ *         ("/placefs-client-<pid>-<n>", mode 0600, unlinked by
+ *         placefs_client_dest_free()); the ring is mapped read-only by name.
+ *   cuda  destinations are cudaMalloc allocations on ring_info.device,
+ *         exported with cudaIpcGetMemHandle(); the ring is mapped with
+ *         cudaIpcOpenMemHandle(). Both need a library built with CUDA
+ *         (EOPNOTSUPP otherwise), and the device ordinal must mean the same
+ *         GPU in the client as in the daemon (same CUDA_VISIBLE_DEVICES).
+ *   none  staging is disabled: the stage calls and dest_create fail with
+ *         ENODEV.
+ *
+ * Every function returns 0 or a negative errno (the errno of the ioctl, see
+ * <placefs/ioctl.h>) and, when `err` is not NULL, fills it with a one-line
+ * message naming the file and the cause. Functions that take a descriptor
+ * may be called from several threads at once; a dest or ring object must not
+ * be freed while another thread uses it.
+ */
+#ifndef PLACEFS_CLIENT_H
+#define PLACEFS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <placefs/ioctl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PLACEFS_CLIENT_MSG_MAX 1024
+
+struct placefs_client_error {
+	int code; /* negative errno; 0 when nothing failed */
+	char msg[PLACEFS_CLIENT_MSG_MAX];
+};
+
+/* A staging destination: a shm object or device memory (see above). */
+struct placefs_client_dest;
+/* The mount's ring mapped into this process (borrow mode). */
+struct placefs_client_ring;
+
+/* ---- files ----------------------------------------------------------------- */
+
+/* Opens `path` read-only (O_CLOEXEC) into *fd. */
+int placefs_client_open(const char *path, int *fd, struct placefs_client_error *err);
+
+/*
+ * PLACEFS_IOC_RING_INFO on fd. -ENOTTY when fd is not a tensor file of a
+ * placefs mount. A mount with staging disabled answers backend
+ * PLACEFS_IOC_BACKEND_NONE with zero sizes.
+ */
+int placefs_client_ring_info(int fd, struct placefs_ioc_ring_info *ri,
+                             struct placefs_client_error *err);
+
+/*
+ * The GPU-placed tensor files of the mount on `mountpoint`, in checkpoint
+ * order (the listing of MOUNTPOINT/.placefs/by-placement/gpu): *names is a
+ * malloc'ed array of *count malloc'ed file names, relative to the
+ * mountpoint. -ENOENT when mountpoint is not a placefs mount.
+ */
+int placefs_client_list_gpu(const char *mountpoint, char ***names, size_t *count,
+                            struct placefs_client_error *err);
+void placefs_client_list_free(char **names, size_t count);
+
+/* ---- staging --------------------------------------------------------------- */
+
+/*
+ * Borrow mode: stages fd's tensor into the ring and fills *out (nbytes,
+ * ring_offset, lease, timings, out_flags). timeout_ns bounds the wait for
+ * ring space (0: no limit; -ETIMEDOUT after it).
+ */
+int placefs_client_borrow(int fd, uint64_t timeout_ns, struct placefs_ioc_stage *out,
+                          struct placefs_client_error *err);
+
+/*
+ * Copy mode: stages fd's tensor into bytes [dest_offset, dest_offset +
+ * nbytes) of `dest` and returns when they are there (-EINVAL when they do not
+ * fit in placefs_client_dest_size()).
+ */
+int placefs_client_copy(int fd, const struct placefs_client_dest *dest, uint64_t dest_offset,
+                        uint64_t timeout_ns, struct placefs_ioc_stage *out,
+                        struct placefs_client_error *err);
+
+/* Ends a borrow lease taken on the same descriptor (-ENOENT if there is none). */
+int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *err);
+
+/* ---- destinations ------------------------------------------------------------ */
+
+/*
+ * Makes a destination of `size` bytes that the daemon described by `ri` can
+ * copy into: a shm object for a host ring, device memory on ri->device for a
+ * CUDA ring. -ENODEV when staging is disabled.
+ */
+int placefs_client_dest_create(const struct placefs_ioc_ring_info *ri, uint64_t size,
+                               struct placefs_client_dest **out, struct placefs_client_error *err);
+/* Frees device memory, or unmaps and unlinks the shm object. NULL is accepted. */
+void placefs_client_dest_free(struct placefs_client_dest *d);
+uint64_t placefs_client_dest_size(const struct placefs_client_dest *d);
+/* PLACEFS_IOC_HANDLE_HOST_SHM or PLACEFS_IOC_HANDLE_CUDA_IPC. */
+uint32_t placefs_client_dest_kind(const struct placefs_client_dest *d);
+/*
+ * The shm name of a host destination ("/placefs-client-<pid>-<n>"), or NULL
+ * for device memory: a program that may be killed can shm_unlink() it from
+ * a signal handler.
+ */
+const char *placefs_client_dest_shm_name(const struct placefs_client_dest *d);
+/* The mapped shm bytes (host) or the device pointer (CUDA). */
+void *placefs_client_dest_ptr(const struct placefs_client_dest *d);
+/* Copies destination bytes [off, off + n) into host memory dst. */
+int placefs_client_dest_read(const struct placefs_client_dest *d, uint64_t off, void *dst,
+                             uint64_t n, struct placefs_client_error *err);
+
+/* ---- the ring ------------------------------------------------------------------ */
+
+/*
+ * Maps the ring of `ri` read-only: shm_open + mmap for a host ring,
+ * cudaIpcOpenMemHandle for a CUDA ring. -EOPNOTSUPP when the ring cannot be
+ * exported (handle_kind NONE), -ENODEV when staging is disabled, -EACCES when
+ * the host ring belongs to another user.
+ */
+int placefs_client_ring_map(const struct placefs_ioc_ring_info *ri,
+                            struct placefs_client_ring **out, struct placefs_client_error *err);
+void placefs_client_ring_unmap(struct placefs_client_ring *r); /* NULL ok */
+/* The mapped bytes (host) or the device pointer of ring offset 0 (CUDA). */
+const void *placefs_client_ring_ptr(const struct placefs_client_ring *r);
+/* Copies ring bytes [off, off + n) into host memory dst (-EINVAL outside the ring). */
+int placefs_client_ring_read(const struct placefs_client_ring *r, uint64_t off, void *dst,
+                             uint64_t n, struct placefs_client_error *err);
+
+/* "EINVAL", "EFBIG", ... for a negative or positive errno; "E?" for others. */
+const char *placefs_client_errno_name(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

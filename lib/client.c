@@ -1,0 +1,471 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "placefs/client.h"
+
+/*
+ * The client side of the staging protocol. Device memory goes through the
+ * backend's client calls (lib/backend_cuda.c), so this file, like every
+ * program that uses it, needs no CUDA header.
+ */
+
+struct placefs_client_dest {
+	uint32_t kind; /* PLACEFS_IOC_HANDLE_HOST_SHM or _CUDA_IPC */
+	uint64_t size;
+	uint32_t handle_bytes;
+	uint8_t handle[PLACEFS_IOC_HANDLE_MAX];
+	void *ptr;         /* shm: the mapping; CUDA: the device pointer */
+	uint64_t map_size; /* shm: bytes mapped (at least 1) */
+	int device;        /* CUDA */
+};
+
+struct placefs_client_ring {
+	uint32_t backend;
+	int device;
+	uint64_t bytes;
+	void *ptr;
+};
+
+static unsigned shm_seq;
+
+static int cfail(struct placefs_client_error *err, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+static int cfail(struct placefs_client_error *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err) {
+		err->code = code;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* Hands a lib/ error on to the client's error. */
+static int cfrom(struct placefs_client_error *err, int rc, const struct placefs_error *e)
+{
+	return cfail(err, rc, "%s", e->msg[0] ? e->msg : strerror(-rc));
+}
+
+const char *placefs_client_errno_name(int code)
+{
+	static const struct {
+		int e;
+		const char *name;
+	} names[] = {
+	        {EINVAL, "EINVAL"},         {EFBIG, "EFBIG"},   {ENODEV, "ENODEV"},
+	        {EOPNOTSUPP, "EOPNOTSUPP"}, {EACCES, "EACCES"}, {ENOENT, "ENOENT"},
+	        {ETIMEDOUT, "ETIMEDOUT"},   {EINTR, "EINTR"},   {EIO, "EIO"},
+	        {ENOMEM, "ENOMEM"},         {ENOTTY, "ENOTTY"}, {ESTALE, "ESTALE"},
+	        {EBADF, "EBADF"},           {EPERM, "EPERM"},   {ENOSPC, "ENOSPC"},
+	        {ENOTDIR, "ENOTDIR"},       {EFAULT, "EFAULT"}, {EAGAIN, "EAGAIN"},
+	};
+	size_t i;
+
+	if (code < 0)
+		code = -code;
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].e == code)
+			return names[i].name;
+	return "E?";
+}
+
+/* Why an ioctl failed, in words a user can act on. */
+static const char *ioctl_hint(int e)
+{
+	switch (e) {
+	case ENOTTY: return " (not a tensor file of a placefs mount)";
+	case EFBIG: return " (the tensor is larger than the staging ring: it is placed on the cpu)";
+	case ENODEV: return " (staging is disabled on this mount: -o device=none)";
+	case ETIMEDOUT: return " (no ring space within the timeout)";
+	case EOPNOTSUPP: return " (the mount's backend cannot serve this destination)";
+	default: return "";
+	}
+}
+
+int placefs_client_open(const char *path, int *fd, struct placefs_client_error *err)
+{
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
+		return cfail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+	return 0;
+}
+
+int placefs_client_ring_info(int fd, struct placefs_ioc_ring_info *ri,
+                             struct placefs_client_error *err)
+{
+	memset(ri, 0, sizeof(*ri));
+	ri->version = PLACEFS_IOC_VERSION;
+	ri->size = sizeof(*ri);
+	if (ioctl(fd, PLACEFS_IOC_RING_INFO, ri) != 0)
+		return cfail(err, -errno, "ring info: %s%s", strerror(errno), ioctl_hint(errno));
+	if (ri->handle_bytes > PLACEFS_IOC_HANDLE_MAX)
+		return cfail(err, -EPROTO, "ring info: the daemon answered handle_bytes %u",
+		             ri->handle_bytes);
+	return 0;
+}
+
+int placefs_client_list_gpu(const char *mountpoint, char ***names, size_t *count,
+                            struct placefs_client_error *err)
+{
+	char *path = NULL;
+	char **v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+	int rc;
+
+	*names = NULL;
+	*count = 0;
+	if (asprintf(&path, "%s/.placefs/by-placement/gpu", mountpoint) < 0)
+		return cfail(err, -ENOMEM, "out of memory");
+	d = opendir(path);
+	if (!d) {
+		rc = -errno;
+		cfail(err, rc, "%s: not a placefs mount (cannot list %s: %s)", mountpoint, path,
+		      strerror(-rc));
+		free(path);
+		return rc;
+	}
+	/* The daemon lists the links in checkpoint order; readdir keeps it. */
+	for (errno = 0; (de = readdir(d)) != NULL; errno = 0) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			char **nv = realloc(v, nc * sizeof(*nv));
+
+			if (!nv)
+				goto nomem;
+			v = nv;
+			cap = nc;
+		}
+		v[n] = strdup(de->d_name);
+		if (!v[n])
+			goto nomem;
+		n++;
+	}
+	if (errno != 0) {
+		rc = cfail(err, -errno, "%s: readdir: %s", path, strerror(errno));
+		goto fail;
+	}
+	closedir(d);
+	free(path);
+	*names = v;
+	*count = n;
+	return 0;
+nomem:
+	rc = cfail(err, -ENOMEM, "out of memory");
+fail:
+	closedir(d);
+	free(path);
+	placefs_client_list_free(v, n);
+	return rc;
+}
+
+void placefs_client_list_free(char **names, size_t count)
+{
+	size_t i;
+
+	if (!names)
+		return;
+	for (i = 0; i < count; i++)
+		free(names[i]);
+	free(names);
+}
+
+static void stage_init(struct placefs_ioc_stage *s, uint32_t mode, uint64_t timeout_ns)
+{
+	memset(s, 0, sizeof(*s));
+	s->version = PLACEFS_IOC_VERSION;
+	s->size = sizeof(*s);
+	s->mode = mode;
+	s->timeout_ns = timeout_ns;
+}
+
+int placefs_client_borrow(int fd, uint64_t timeout_ns, struct placefs_ioc_stage *out,
+                          struct placefs_client_error *err)
+{
+	stage_init(out, PLACEFS_IOC_STAGE_BORROW, timeout_ns);
+	if (ioctl(fd, PLACEFS_IOC_STAGE, out) != 0)
+		return cfail(err, -errno, "stage (borrow): %s%s", strerror(errno),
+		             ioctl_hint(errno));
+	return 0;
+}
+
+int placefs_client_copy(int fd, const struct placefs_client_dest *dest, uint64_t dest_offset,
+                        uint64_t timeout_ns, struct placefs_ioc_stage *out,
+                        struct placefs_client_error *err)
+{
+	stage_init(out, PLACEFS_IOC_STAGE_COPY, timeout_ns);
+	out->dest_kind = dest->kind;
+	out->dest_handle_bytes = dest->handle_bytes;
+	memcpy(out->dest_handle, dest->handle, dest->handle_bytes);
+	out->dest_offset = dest_offset;
+	out->dest_size = dest->size;
+	if (ioctl(fd, PLACEFS_IOC_STAGE, out) != 0)
+		return cfail(err, -errno, "stage (copy): %s%s", strerror(errno), ioctl_hint(errno));
+	return 0;
+}
+
+int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *err)
+{
+	struct placefs_ioc_release r;
+
+	memset(&r, 0, sizeof(r));
+	r.version = PLACEFS_IOC_VERSION;
+	r.size = sizeof(r);
+	r.lease = lease;
+	if (ioctl(fd, PLACEFS_IOC_RELEASE, &r) != 0)
+		return cfail(err, -errno, "release of lease %llu: %s", (unsigned long long)lease,
+		             strerror(errno));
+	return 0;
+}
+
+/* ---- destinations ------------------------------------------------------------ */
+
+static int dest_shm(struct placefs_client_dest *d, struct placefs_client_error *err)
+{
+	char name[64];
+	int fd, rc;
+	unsigned seq = __atomic_fetch_add(&shm_seq, 1, __ATOMIC_RELAXED);
+
+	snprintf(name, sizeof(name), "/placefs-client-%ld-%u", (long)getpid(), seq);
+	d->map_size = d->size ? d->size : 1;
+	if (d->map_size > (uint64_t)SIZE_MAX || d->map_size > (uint64_t)INT64_MAX)
+		return cfail(err, -EINVAL, "a destination of %llu bytes is too large",
+		             (unsigned long long)d->size);
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return cfail(err, -errno, "cannot create shared memory %s: %s", name,
+		             strerror(errno));
+	if (ftruncate(fd, (off_t)d->map_size) != 0) {
+		rc = cfail(err, -errno, "cannot size shared memory %s to %llu bytes: %s", name,
+		           (unsigned long long)d->map_size, strerror(errno));
+		goto fail;
+	}
+	d->ptr = mmap(NULL, (size_t)d->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (d->ptr == MAP_FAILED) {
+		d->ptr = NULL;
+		rc = cfail(err, -errno, "cannot map shared memory %s: %s", name, strerror(errno));
+		goto fail;
+	}
+	close(fd);
+	d->kind = PLACEFS_IOC_HANDLE_HOST_SHM;
+	d->handle_bytes = (uint32_t)strlen(name) + 1;
+	memcpy(d->handle, name, d->handle_bytes);
+	return 0;
+fail:
+	close(fd);
+	shm_unlink(name);
+	return rc;
+}
+
+int placefs_client_dest_create(const struct placefs_ioc_ring_info *ri, uint64_t size,
+                               struct placefs_client_dest **out, struct placefs_client_error *err)
+{
+	struct placefs_client_dest *d;
+	struct placefs_error e;
+	int rc;
+
+	*out = NULL;
+	if (ri->backend == PLACEFS_IOC_BACKEND_NONE)
+		return cfail(err, -ENODEV, "staging is disabled on this mount (-o device=none)");
+	if (ri->backend != PLACEFS_IOC_BACKEND_HOST && ri->backend != PLACEFS_IOC_BACKEND_CUDA)
+		return cfail(err, -EPROTO, "unknown staging backend %u", ri->backend);
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return cfail(err, -ENOMEM, "out of memory");
+	d->size = size;
+	d->device = ri->device;
+	if (ri->backend == PLACEFS_IOC_BACKEND_HOST) {
+		rc = dest_shm(d, err);
+	} else {
+		placefs_error_clear(&e);
+		rc = placefs_cuda_alloc(ri->device, size, &d->ptr, d->handle, &e);
+		if (rc != 0) {
+			cfrom(err, rc, &e);
+		} else {
+			d->kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+			d->handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
+		}
+	}
+	if (rc != 0) {
+		free(d);
+		return rc;
+	}
+	*out = d;
+	return 0;
+}
+
+void placefs_client_dest_free(struct placefs_client_dest *d)
+{
+	if (!d)
+		return;
+	if (d->kind == PLACEFS_IOC_HANDLE_HOST_SHM) {
+		munmap(d->ptr, (size_t)d->map_size);
+		shm_unlink((const char *)d->handle);
+	} else if (d->kind == PLACEFS_IOC_HANDLE_CUDA_IPC) {
+		placefs_cuda_free(d->device, d->ptr);
+	}
+	free(d);
+}
+
+uint64_t placefs_client_dest_size(const struct placefs_client_dest *d)
+{
+	return d->size;
+}
+
+uint32_t placefs_client_dest_kind(const struct placefs_client_dest *d)
+{
+	return d->kind;
+}
+
+const char *placefs_client_dest_shm_name(const struct placefs_client_dest *d)
+{
+	return d->kind == PLACEFS_IOC_HANDLE_HOST_SHM ? (const char *)d->handle : NULL;
+}
+
+void *placefs_client_dest_ptr(const struct placefs_client_dest *d)
+{
+	return d->ptr;
+}
+
+int placefs_client_dest_read(const struct placefs_client_dest *d, uint64_t off, void *dst,
+                             uint64_t n, struct placefs_client_error *err)
+{
+	struct placefs_error e;
+	int rc;
+
+	if (off > d->size || n > d->size - off)
+		return cfail(err, -EINVAL, "destination range %llu+%llu is outside its %llu bytes",
+		             (unsigned long long)off, (unsigned long long)n,
+		             (unsigned long long)d->size);
+	if (n == 0)
+		return 0;
+	if (d->kind == PLACEFS_IOC_HANDLE_HOST_SHM) {
+		memcpy(dst, (const uint8_t *)d->ptr + off, n);
+		return 0;
+	}
+	placefs_error_clear(&e);
+	rc = placefs_cuda_to_host(d->device, (const uint8_t *)d->ptr + off, dst, n, &e);
+	return rc ? cfrom(err, rc, &e) : 0;
+}
+
+/* ---- the ring ------------------------------------------------------------------ */
+
+int placefs_client_ring_map(const struct placefs_ioc_ring_info *ri,
+                            struct placefs_client_ring **out, struct placefs_client_error *err)
+{
+	struct placefs_client_ring *r;
+	struct placefs_error e;
+	char name[PLACEFS_IOC_HANDLE_MAX];
+	int fd, rc;
+
+	*out = NULL;
+	if (ri->backend == PLACEFS_IOC_BACKEND_NONE)
+		return cfail(err, -ENODEV, "staging is disabled on this mount (-o device=none)");
+	if (ri->handle_kind == PLACEFS_IOC_HANDLE_NONE)
+		return cfail(err, -EOPNOTSUPP,
+		             "the mount's ring cannot be mapped (no export "
+		             "handle; copy mode still works)");
+	if (ri->ring_bytes == 0 || ri->ring_bytes > (uint64_t)SIZE_MAX)
+		return cfail(err, -EPROTO, "ring of %llu bytes",
+		             (unsigned long long)ri->ring_bytes);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return cfail(err, -ENOMEM, "out of memory");
+	r->backend = ri->backend;
+	r->device = ri->device;
+	r->bytes = ri->ring_bytes;
+	if (ri->handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM) {
+		if (ri->handle_bytes < 2 || ri->handle_bytes > sizeof(name) ||
+		    ri->handle[ri->handle_bytes - 1] != '\0') {
+			rc = cfail(err, -EPROTO, "ring info: malformed shm name");
+			goto fail;
+		}
+		memcpy(name, ri->handle, ri->handle_bytes);
+		fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+		if (fd < 0) {
+			rc = cfail(err, -errno, "cannot open the ring %s: %s", name,
+			           strerror(errno));
+			goto fail;
+		}
+		r->ptr = mmap(NULL, (size_t)r->bytes, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (r->ptr == MAP_FAILED) {
+			r->ptr = NULL;
+			rc = cfail(err, -errno, "cannot map the ring %s: %s", name,
+			           strerror(errno));
+			goto fail;
+		}
+	} else if (ri->handle_kind == PLACEFS_IOC_HANDLE_CUDA_IPC) {
+		placefs_error_clear(&e);
+		rc = placefs_cuda_ipc_map(ri->device, ri->handle, &r->ptr, &e);
+		if (rc != 0) {
+			cfrom(err, rc, &e);
+			goto fail;
+		}
+	} else {
+		rc = cfail(err, -EPROTO, "unknown ring handle kind %u", ri->handle_kind);
+		goto fail;
+	}
+	*out = r;
+	return 0;
+fail:
+	free(r);
+	return rc;
+}
+
+void placefs_client_ring_unmap(struct placefs_client_ring *r)
+{
+	if (!r)
+		return;
+	if (r->backend == PLACEFS_IOC_BACKEND_HOST)
+		munmap(r->ptr, (size_t)r->bytes);
+	else
+		placefs_cuda_ipc_unmap(r->device, r->ptr);
+	free(r);
+}
+
+const void *placefs_client_ring_ptr(const struct placefs_client_ring *r)
+{
+	return r->ptr;
+}
+
+int placefs_client_ring_read(const struct placefs_client_ring *r, uint64_t off, void *dst,
+                             uint64_t n, struct placefs_client_error *err)
+{
+	struct placefs_error e;
+	int rc;
+
+	if (off > r->bytes || n > r->bytes - off)
+		return cfail(err, -EINVAL, "ring range %llu+%llu is outside the %llu-byte ring",
+		             (unsigned long long)off, (unsigned long long)n,
+		             (unsigned long long)r->bytes);
+	if (n == 0)
+		return 0;
+	if (r->backend == PLACEFS_IOC_BACKEND_HOST) {
+		memcpy(dst, (const uint8_t *)r->ptr + off, n);
+		return 0;
+	}
+	placefs_error_clear(&e);
+	rc = placefs_cuda_to_host(r->device, (const uint8_t *)r->ptr + off, dst, n, &e);
+	return rc ? cfrom(err, rc, &e) : 0;
+}

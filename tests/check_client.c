@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_client: lib/client.c without a mount. Destinations and ring
+ * mappings are made for real (shm objects; a host backend's own ring), the
+ * ioctls are shown to refuse files that are not placefs tensors, and the
+ * CUDA calls to answer as the build and the machine allow. The protocol
+ * against a live daemon is tests/mount-stage.sh's.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "placefs/client.h"
+#include "testutil.h"
+
+static uint8_t pat(uint64_t i, unsigned seed)
+{
+	return (uint8_t)(i * 131 + seed * 17 + (i >> 9));
+}
+
+START_TEST(test_errno_names)
+{
+	ck_assert_str_eq(placefs_client_errno_name(EFBIG), "EFBIG");
+	ck_assert_str_eq(placefs_client_errno_name(-ETIMEDOUT), "ETIMEDOUT");
+	ck_assert_str_eq(placefs_client_errno_name(ENOTTY), "ENOTTY");
+	ck_assert_str_eq(placefs_client_errno_name(-EOPNOTSUPP), "EOPNOTSUPP");
+	ck_assert_str_eq(placefs_client_errno_name(0), "E?");
+	ck_assert_str_eq(placefs_client_errno_name(9999), "E?");
+}
+END_TEST
+
+static struct placefs_ioc_ring_info host_ri(void)
+{
+	struct placefs_ioc_ring_info ri;
+
+	memset(&ri, 0, sizeof(ri));
+	ri.backend = PLACEFS_IOC_BACKEND_HOST;
+	ri.device = -1;
+	return ri;
+}
+
+START_TEST(test_dest_shm)
+{
+	static const uint64_t sizes[] = {0, 1, 4095, 12345, 1 << 20};
+	struct placefs_ioc_ring_info ri = host_ri();
+	struct placefs_client_error e;
+	struct placefs_client_dest *d;
+	uint8_t *buf = malloc(1 << 20);
+	char name[PLACEFS_IOC_HANDLE_MAX];
+	size_t k;
+	uint64_t i;
+	int fd;
+
+	ck_assert_ptr_nonnull(buf);
+	for (k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		uint64_t n = sizes[k];
+		struct stat st;
+		uint8_t *p;
+
+		ck_assert_int_eq(placefs_client_dest_create(&ri, n, &d, &e), 0);
+		ck_assert_uint_eq(placefs_client_dest_size(d), n);
+		ck_assert_uint_eq(placefs_client_dest_kind(d), PLACEFS_IOC_HANDLE_HOST_SHM);
+		ck_assert_ptr_nonnull(placefs_client_dest_shm_name(d));
+		snprintf(name, sizeof(name), "%s", placefs_client_dest_shm_name(d));
+		ck_assert_int_eq(strncmp(name, "/placefs-client-", 16), 0);
+		/* The object exists, is ours, mode 0600, at least one byte. */
+		fd = shm_open(name, O_RDONLY, 0);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(fstat(fd, &st), 0);
+		ck_assert_uint_eq(st.st_uid, getuid());
+		ck_assert_uint_eq(st.st_mode & 0777, 0600);
+		ck_assert_uint_eq((uint64_t)st.st_size, n ? n : 1);
+		close(fd);
+		/* What is written through the mapping reads back, at any offset. */
+		p = placefs_client_dest_ptr(d);
+		for (i = 0; i < n; i++)
+			p[i] = pat(i, (unsigned)k);
+		if (n > 0) {
+			ck_assert_int_eq(placefs_client_dest_read(d, 0, buf, n, &e), 0);
+			for (i = 0; i < n; i++)
+				ck_assert_uint_eq(buf[i], pat(i, (unsigned)k));
+			ck_assert_int_eq(placefs_client_dest_read(d, n - 1, buf, 1, &e), 0);
+			ck_assert_uint_eq(buf[0], pat(n - 1, (unsigned)k));
+		}
+		ck_assert_int_eq(placefs_client_dest_read(d, n, buf, 0, &e), 0);
+		ck_assert_int_eq(placefs_client_dest_read(d, n, buf, 1, &e), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(e.msg, "outside"));
+		ck_assert_int_eq(placefs_client_dest_read(d, UINT64_MAX, buf, 2, &e), -EINVAL);
+		placefs_client_dest_free(d);
+		/* Freed: the name is gone. */
+		ck_assert_int_lt(shm_open(name, O_RDONLY, 0), 0);
+		ck_assert_int_eq(errno, ENOENT);
+	}
+	placefs_client_dest_free(NULL);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_dest_refused)
+{
+	struct placefs_ioc_ring_info ri = host_ri();
+	struct placefs_client_error e;
+	struct placefs_client_dest *d = (void *)1;
+
+	ri.backend = PLACEFS_IOC_BACKEND_NONE;
+	ck_assert_int_eq(placefs_client_dest_create(&ri, 10, &d, &e), -ENODEV);
+	ck_assert_ptr_null(d);
+	ck_assert_int_eq(e.code, -ENODEV);
+	ck_assert_ptr_nonnull(strstr(e.msg, "staging is disabled"));
+	ri.backend = 7;
+	ck_assert_int_eq(placefs_client_dest_create(&ri, 10, &d, &e), -EPROTO);
+	ri.backend = PLACEFS_IOC_BACKEND_HOST;
+	ck_assert_int_eq(placefs_client_dest_create(&ri, UINT64_MAX, &d, &e), -EINVAL);
+	ck_assert_ptr_null(d);
+}
+END_TEST
+
+/* A host backend's ring, filled with a pattern, mapped through the client. */
+START_TEST(test_ring_map_host)
+{
+	struct placefs_backend *be = NULL;
+	struct placefs_backend_info info;
+	struct placefs_ioc_ring_info ri;
+	struct placefs_client_ring *r = (void *)1;
+	struct placefs_client_error e;
+	struct placefs_error err;
+	const uint64_t ring = 256 << 10;
+	uint64_t n;
+	uint8_t *buf = malloc(ring), *chunk;
+	const uint8_t *mapped;
+	uint64_t i;
+
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_backend_create("host", ring, 64 << 10, &be, &err) == 0, "%s",
+	              err.msg);
+	placefs_backend_get_info(be, &info);
+	ck_assert_uint_ge(info.chunk_bytes, 4096);
+	n = info.chunk_bytes / 2;
+	chunk = placefs_backend_chunk(be, 0);
+	for (i = 0; i < info.chunk_bytes; i++)
+		chunk[i] = pat(i, 3);
+	ck_assert_int_eq(placefs_backend_chunk_to_ring(be, 0, ring - info.chunk_bytes,
+	                                               info.chunk_bytes, &err),
+	                 0);
+	ck_assert_int_eq(placefs_backend_chunk_wait(be, 0, &err), 0);
+
+	memset(&ri, 0, sizeof(ri));
+	ri.version = PLACEFS_IOC_VERSION;
+	ri.size = sizeof(ri);
+	ri.backend = info.kind;
+	ri.device = info.device;
+	ri.ring_bytes = info.ring_bytes;
+	ri.handle_kind = info.handle_kind;
+	ri.handle_bytes = info.handle_bytes;
+	memcpy(ri.handle, info.handle, sizeof(ri.handle));
+	ck_assert_msg(placefs_client_ring_map(&ri, &r, &e) == 0, "%s", e.msg);
+	mapped = placefs_client_ring_ptr(r);
+	for (i = 0; i < info.chunk_bytes; i++)
+		ck_assert_uint_eq(mapped[ring - info.chunk_bytes + i], pat(i, 3));
+	ck_assert_int_eq(placefs_client_ring_read(r, ring - n, buf, n, &e), 0);
+	for (i = 0; i < n; i++)
+		ck_assert_uint_eq(buf[i], pat(info.chunk_bytes - n + i, 3));
+	ck_assert_int_eq(placefs_client_ring_read(r, ring - 1, buf, 2, &e), -EINVAL);
+	ck_assert_int_eq(placefs_client_ring_read(r, UINT64_MAX, buf, 2, &e), -EINVAL);
+	ck_assert_int_eq(placefs_client_ring_read(r, ring, buf, 0, &e), 0);
+	placefs_client_ring_unmap(r);
+	placefs_client_ring_unmap(NULL);
+
+	/* What cannot be mapped. */
+	ri.handle_kind = PLACEFS_IOC_HANDLE_NONE;
+	ck_assert_int_eq(placefs_client_ring_map(&ri, &r, &e), -EOPNOTSUPP);
+	ck_assert_ptr_null(r);
+	ri.handle_kind = PLACEFS_IOC_HANDLE_HOST_SHM;
+	ri.handle[ri.handle_bytes - 1] = 'x'; /* no NUL */
+	ck_assert_int_eq(placefs_client_ring_map(&ri, &r, &e), -EPROTO);
+	memcpy(ri.handle, "/placefs-client-test-none", 26);
+	ri.handle_bytes = 26;
+	ck_assert_int_eq(placefs_client_ring_map(&ri, &r, &e), -ENOENT);
+	ri.backend = PLACEFS_IOC_BACKEND_NONE;
+	ck_assert_int_eq(placefs_client_ring_map(&ri, &r, &e), -ENODEV);
+	placefs_backend_free(be);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_not_placefs)
+{
+	char *dir = tu_mkdtemp(), *f = tu_path(dir, "plain");
+	struct placefs_ioc_ring_info ri;
+	struct placefs_ioc_stage s;
+	struct placefs_client_error e;
+	int fd;
+
+	tu_write_text(f, "not a tensor\n");
+	ck_assert_int_eq(placefs_client_open(f, &fd, &e), 0);
+	ck_assert_int_eq(placefs_client_ring_info(fd, &ri, &e), -ENOTTY);
+	ck_assert_ptr_nonnull(strstr(e.msg, "not a tensor file of a placefs mount"));
+	ck_assert_int_eq(placefs_client_borrow(fd, 0, &s, &e), -ENOTTY);
+	ck_assert_int_eq(placefs_client_release(fd, 1, &e), -ENOTTY);
+	close(fd);
+	ck_assert_int_eq(placefs_client_open("/nonexistent/placefs", &fd, &e), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(e.msg, "/nonexistent/placefs"));
+	tu_rmtree(dir);
+	free(f);
+	free(dir);
+}
+END_TEST
+
+START_TEST(test_list_gpu)
+{
+	char *dir = tu_mkdtemp(), *p;
+	struct placefs_client_error e;
+	char **names;
+	size_t n, i;
+	int seen = 0;
+
+	ck_assert_int_eq(placefs_client_list_gpu(dir, &names, &n, &e), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(e.msg, "not a placefs mount"));
+	p = tu_path(dir, ".placefs");
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	free(p);
+	p = tu_path(dir, ".placefs/by-placement");
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	free(p);
+	p = tu_path(dir, ".placefs/by-placement/gpu");
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	free(p);
+	ck_assert_int_eq(placefs_client_list_gpu(dir, &names, &n, &e), 0);
+	ck_assert_uint_eq(n, 0);
+	placefs_client_list_free(names, n);
+	for (i = 0; i < 3; i++) {
+		char rel[64];
+
+		snprintf(rel, sizeof(rel), ".placefs/by-placement/gpu/t%%2E%zu", i);
+		p = tu_path(dir, rel);
+		tu_write_text(p, "");
+		free(p);
+	}
+	ck_assert_int_eq(placefs_client_list_gpu(dir, &names, &n, &e), 0);
+	ck_assert_uint_eq(n, 3);
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(strncmp(names[i], "t%2E", 4), 0);
+		seen |= 1 << (names[i][4] - '0');
+	}
+	ck_assert_int_eq(seen, 7);
+	placefs_client_list_free(names, n);
+	placefs_client_list_free(NULL, 0);
+	tu_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/* The CUDA calls: refused without CUDA or a device, working with one. */
+START_TEST(test_cuda_calls)
+{
+	struct placefs_ioc_ring_info ri = host_ri();
+	struct placefs_client_dest *d = NULL;
+	struct placefs_client_error e;
+	struct placefs_error err;
+	uint8_t ipc[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES], *buf;
+	void *p = (void *)1;
+	int n;
+
+	placefs_error_clear(&err);
+	n = placefs_backend_cuda_devices(&err);
+	ri.backend = PLACEFS_IOC_BACKEND_CUDA;
+	ri.device = 0;
+	if (n <= 0) {
+		placefs_error_clear(&err);
+		ck_assert_int_lt(placefs_cuda_alloc(0, 4096, &p, ipc, &err), 0);
+		ck_assert_ptr_null(p);
+		ck_assert_uint_gt(strlen(err.msg), 0);
+		placefs_error_clear(&err);
+		ck_assert_int_lt(placefs_cuda_ipc_map(0, ipc, &p, &err), 0);
+		ck_assert_int_lt(placefs_client_dest_create(&ri, 4096, &d, &e), 0);
+		ck_assert_ptr_null(d);
+		ck_assert_uint_gt(strlen(e.msg), 0);
+#ifndef HAVE_CUDA
+		ck_assert_int_eq(e.code, -EOPNOTSUPP);
+		ck_assert_ptr_nonnull(strstr(e.msg, "built without CUDA"));
+#endif
+		placefs_cuda_free(0, NULL);
+		placefs_cuda_ipc_unmap(0, NULL);
+		return;
+	}
+	/* A GPU: a destination of device memory, exported, read back. */
+	ck_assert_msg(placefs_client_dest_create(&ri, 1 << 20, &d, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(placefs_client_dest_kind(d), PLACEFS_IOC_HANDLE_CUDA_IPC);
+	ck_assert_ptr_null(placefs_client_dest_shm_name(d));
+	ck_assert_ptr_nonnull(placefs_client_dest_ptr(d));
+	buf = malloc(1 << 20);
+	ck_assert_int_eq(placefs_client_dest_read(d, 0, buf, 1 << 20, &e), 0);
+	ck_assert_int_eq(placefs_client_dest_read(d, 1, buf, 1 << 20, &e), -EINVAL);
+	free(buf);
+	placefs_client_dest_free(d);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("client");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_errno_names);
+	tcase_add_test(tc, test_dest_shm);
+	tcase_add_test(tc, test_dest_refused);
+	tcase_add_test(tc, test_ring_map_host);
+	tcase_add_test(tc, test_not_placefs);
+	tcase_add_test(tc, test_list_gpu);
+	tcase_add_test(tc, test_cuda_calls);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

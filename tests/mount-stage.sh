@@ -1,0 +1,367 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# mount-stage: GPU staging end to end through live mounts, with the host
+# backend (-o device=host: the ring is a shared-memory object, so the whole
+# protocol runs without a GPU):
+#   - the seed: limit 8 MiB, a 1 MiB tensor staged in copy and borrow mode and
+#     a 9 MiB one refused for staging (EFBIG, logged) and read on the cpu,
+#     both byte-exact; the ring and host buffer in the log, plan and stats;
+#   - every malformed ioctl refused with its errno, the daemon still serving
+#     (tests/test_stage_ioctl bad);
+#   - five 4 MiB tensors through an 8 MiB ring in borrow mode (it wraps), each
+#     checked before release;
+#   - backpressure: with the ring leased, a second client times out, and
+#     without a timeout waits until the first releases; a signal ends a wait
+#     (EINTR); a client killed with SIGKILL loses its leases and the whole
+#     ring is stageable again; SIGTERM ends a daemon with a client waiting;
+#   - a multi-shard checkpoint: placefs-stage --all --verify in both modes in
+#     checkpoint order, 8 concurrent clients, 2 worker threads with 4 clients,
+#     the ring's high-water mark within its size;
+#   - -o device=none, the default device, cuda:0 without a GPU (exit 12),
+#     bad -o device/host_buffer values, the daemonized start.
+TEST_TIMEOUT=${TEST_TIMEOUT:-240}
+. "$(dirname "$0")/lib.sh"
+require_fuse
+
+STAGE=$top_builddir/tools/placefs-stage
+TSI=$top_builddir/tests/test_stage_ioctl
+[ -x "$STAGE" ] || fail "$STAGE is not built"
+[ -x "$TSI" ] || fail "$TSI is not built"
+unset INSTANTTENSOR_COPY
+
+cd "$TMP" || fail "cd $TMP"
+MP=$TMP/mnt
+
+# wait_line FILE REGEX: waits (10 s at most) until FILE has a line matching REGEX.
+wait_line() {
+	local i
+	for i in $(seq 1 200); do
+		grep -Eq "$2" "$1" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# stat_get KEY.PATH: one value of the mount's .placefs/stats ("staging.ring_bytes").
+stat_get() {
+	"$PYTHON" - "$MP/.placefs/stats" "$1" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    v = v[k]
+print(v)
+EOF
+}
+
+# waits until .placefs/stats says KEY is VALUE (5 s at most)
+wait_stat() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(stat_get "$1")" = "$2" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# ---- the seed: 8 MiB limit, 1 MiB staged, 9 MiB read on the cpu ------------------------------
+tmo 20 "$MKCKPT" -q --seed 7 --tensor 'small:F32:262144' --tensor 'large:F32:2359296' \
+	seed.safetensors || fail "mkckpt seed"
+mount_fs seed.safetensors "$MP" -o buffer_size=8388608,device=host
+grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 8388608 bytes \(8 MiB, one allocation\), host buffer 67108864 bytes \(64 MiB: 16 chunks of 4 MiB\), prefetch on$' \
+	"$MOUNT_LOG" || fail "no staging line in the log"
+# .placefs/plan is placefs-plan's text plus one staging line; plan.json is untouched.
+tmo 20 "$PLAN" --buffer-size 8388608 seed.safetensors >plan.txt || fail "placefs-plan"
+tmo 20 "$PLAN" --json --buffer-size 8388608 seed.safetensors >plan.json || fail "placefs-plan --json"
+head -n "$(wc -l <plan.txt)" "$MP/.placefs/plan" | cmp -s - plan.txt ||
+	fail ".placefs/plan does not start with placefs-plan's plan"
+[ "$(($(wc -l <"$MP/.placefs/plan") - $(wc -l <plan.txt)))" -eq 1 ] ||
+	fail ".placefs/plan has more than one line added"
+tail -n 1 "$MP/.placefs/plan" | grep -Eq '^staging: device host \(/placefs-[0-9]+-[0-9]+\), ring 8388608 bytes \(8 MiB\), host buffer 67108864 bytes \(64 MiB\)$' ||
+	fail "staging line of .placefs/plan: $(tail -n 1 "$MP/.placefs/plan")"
+cmp -s "$MP/.placefs/plan.json" plan.json || fail "plan.json differs from placefs-plan --json"
+[ "$(stat_get staging.ring_bytes)" = 8388608 ] || fail "stats: ring_bytes"
+[ "$(stat_get staging.host_buffer_bytes)" = 67108864 ] || fail "stats: host_buffer_bytes"
+[ "$(stat_get staging.backend)" = host ] || fail "stats: backend"
+
+for mode in copy borrow; do
+	out=$(tmo 30 "$STAGE" --mode $mode --verify "$MP/small") || fail "placefs-stage $mode: $out"
+	echo "$out" | grep -q "^placefs-stage: 1 of 1 tensors staged ($mode), 1048576 bytes" ||
+		fail "placefs-stage $mode summary: $out"
+	echo "$out" | grep -q '^verify: 1 of 1 tensors byte-exact$' || fail "verify line: $out"
+	note "$(echo "$out" | tail -n 2 | head -n 1)"
+	out=$(tmo 30 "$STAGE" --mode $mode --verify --all "$MP") || fail "--all $mode: $out"
+	echo "$out" | grep -q '^verify: 1 of 1 tensors byte-exact$' || fail "--all $mode: $out"
+done
+# The cpu-placed tensor is refused (EFBIG, with a log line naming it and the limit) ...
+st=0
+out=$(tmo 30 "$STAGE" --mode borrow "$MP/large" 2>&1) || st=$?
+[ "$st" -eq 1 ] || fail "placefs-stage of the cpu tensor: exit $st: $out"
+echo "$out" | grep -q 'EFBIG' || fail "placefs-stage of the cpu tensor: $out"
+grep -q 'staging: tensor "large" (9437184 bytes) is placed on the cpu and is not staged: staging limit 8 MiB' \
+	"$MOUNT_LOG" || fail "no log line for the refused cpu tensor"
+# ... and both read byte-exact on the cpu.
+tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" seed.safetensors --limit 8388608 ||
+	fail "verify_mount on the seed"
+# The mode comes from INSTANTTENSOR_COPY unless --mode says.
+out=$(INSTANTTENSOR_COPY=0 tmo 30 "$STAGE" "$MP/small") || fail "INSTANTTENSOR_COPY=0: $out"
+echo "$out" | grep -q '(borrow)' || fail "INSTANTTENSOR_COPY=0 did not borrow: $out"
+out=$(INSTANTTENSOR_COPY=1 tmo 30 "$STAGE" "$MP/small") || fail "INSTANTTENSOR_COPY=1: $out"
+echo "$out" | grep -q '(copy)' || fail "INSTANTTENSOR_COPY=1 did not copy: $out"
+st=0
+out=$(INSTANTTENSOR_COPY=maybe tmo 30 "$STAGE" "$MP/small" 2>&1) || st=$?
+[ "$st" -eq 2 ] && echo "$out" | grep -q "INSTANTTENSOR_COPY must be 0 or 1, got 'maybe'" ||
+	fail "INSTANTTENSOR_COPY=maybe: exit $st: $out"
+st=0
+out=$(tmo 30 "$STAGE" --mode steal "$MP/small" 2>&1) || st=$?
+[ "$st" -eq 2 ] || fail "--mode steal: exit $st: $out"
+
+# Every malformed request, with the daemon serving after each.
+out=$(tmo 60 "$TSI" bad "$MP" "$MP/small" "$MP/large") || fail "bad ioctls: $out"
+note "$out"
+[ "$(stat_get staging.refused)" -gt 50 ] || fail "stats: refused requests not counted"
+umount_fs "$MP"
+ls /dev/shm | grep -q "^placefs-$MOUNT_PID-" && fail "the ring's shm object outlived the mount"
+
+# ---- an 8 MiB ring: wrap-around, backpressure, killed clients ---------------------------------
+tmo 20 "$MKCKPT" -q --seed 8 --tensor 'w.0:BF16:2097152' --tensor 'w.1:BF16:2048x1024' \
+	--tensor 'w.2:BF16:2097152' --tensor 'w.3:BF16:1024x2048' --tensor 'w.4:BF16:2097152' \
+	--tensor 'full:U8:8388608' wrap.safetensors || fail "mkckpt wrap"
+mount_fs wrap.safetensors "$MP" -o buffer_size=8M,device=host
+W="$MP/w.0 $MP/w.1 $MP/w.2 $MP/w.3 $MP/w.4"
+# shellcheck disable=SC2086
+out=$(tmo 60 "$TSI" wrap $W) || fail "wrap: $out"
+echo "$out" | grep -Eq '^wraps [1-9]' || fail "the ring did not wrap: $out"
+note "$(echo "$out" | tail -n 1), $(echo "$out" | grep wraps)"
+
+# A holder leases the whole ring until its stdin (a fifo whose writer is fd 7)
+# closes; the clients started meanwhile must not inherit fd 7.
+mkfifo hold.in
+"$TSI" hold "$MP/w.0" "$MP/w.1" <hold.in >hold.out 2>&1 &
+HOLD=$!
+exec 7>hold.in
+wait_line hold.out '^held$' || fail "holder: $(cat hold.out)"
+[ "$(stat_get staging.leases)" = 2 ] || fail "stats: 2 leases expected"
+out=$(tmo 10 "$TSI" try "$MP/w.2" 300) && fail "a stage with the ring leased did not wait: $out"
+[ "$out" = ETIMEDOUT ] || fail "stage with the ring leased: $out, expected ETIMEDOUT"
+# Without a timeout the second client waits for the release.
+"$TSI" try "$MP/w.2" 0 >try.out 2>&1 7>&- &
+TRY=$!
+wait_line try.out '^waiting$' || fail "second client: $(cat try.out)"
+sleep 0.6
+kill -0 "$TRY" 2>/dev/null || fail "the second client did not wait: $(cat try.out)"
+exec 7>&-
+wait "$HOLD" || fail "holder: $(cat hold.out)"
+wait "$TRY" || fail "the waiting client failed: $(cat try.out)"
+wait_ns=$(sed -n 's/^ok wait_ns=\([0-9]*\) .*/\1/p' try.out)
+[ -n "$wait_ns" ] && [ "$wait_ns" -ge 400000000 ] || fail "waited $wait_ns ns: $(cat try.out)"
+note "backpressure: ETIMEDOUT while leased, then served after $wait_ns ns"
+
+# A signal ends a wait with EINTR (FUSE interrupt), and the daemon goes on.
+"$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
+HOLD=$!
+exec 7>hold.in
+wait_line hold.out '^held$' || fail "holder of full: $(cat hold.out)"
+"$TSI" try "$MP/w.3" 0 --sigusr1 >try.out 2>&1 7>&- &
+TRY=$!
+wait_line try.out '^waiting$' || fail "interrupted client: $(cat try.out)"
+for i in $(seq 1 40); do
+	sleep 0.1
+	kill -USR1 "$TRY" 2>/dev/null || break
+done
+wait "$TRY" && fail "the interrupted stage succeeded: $(cat try.out)"
+grep -q '^EINTR$' try.out || fail "interrupted stage: $(cat try.out), expected EINTR"
+note "a signal ends a wait with EINTR"
+
+# SIGKILL: the holder's leases end with its file handles.
+kill -9 "$HOLD"
+wait "$HOLD" 2>/dev/null
+exec 7>&-
+out=$(tmo 10 "$TSI" try "$MP/full" 5000) || fail "the ring did not come back after SIGKILL: $out"
+wait_stat staging.leases 0 || fail "stats: leases left after SIGKILL"
+note "leases of a killed client reclaimed: the full 8 MiB ring staged again"
+for mode in copy borrow; do
+	out=$(tmo 60 "$STAGE" --mode $mode --verify -q --all "$MP") || fail "--all $mode: $out"
+	echo "$out" | grep -q '^verify: 6 of 6 tensors byte-exact$' || fail "--all $mode: $out"
+done
+hw=$(stat_get staging.ring_high_water)
+[ "$hw" -le 8388608 ] && [ "$hw" -gt 0 ] || fail "ring high-water $hw outside (0, 8 MiB]"
+[ "$(stat_get staging.errors)" -ge 1 ] || fail "stats: the timeout was not counted as an error"
+[ "$(stat_get staging.waits)" -ge 2 ] || fail "stats: waits not counted"
+
+# SIGTERM with a client waiting: the wait ends and the daemon exits 0.
+"$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
+HOLD=$!
+exec 7>hold.in
+wait_line hold.out '^held$' || fail "holder of full: $(cat hold.out)"
+"$TSI" try "$MP/w.0" 0 >try.out 2>&1 7>&- &
+TRY=$!
+wait_line try.out '^waiting$' || fail "waiting client: $(cat try.out)"
+sleep 0.3
+kill -TERM "$MOUNT_PID"
+st=0
+wait_daemon "$MOUNT_PID" || st=$?
+[ "$st" -eq 0 ] || fail "daemon exit status $st after SIGTERM with a waiting client"
+wait "$TRY" && fail "the waiting client succeeded after SIGTERM"
+note "SIGTERM with a waiting client: daemon exited 0, client got $(cat try.out)"
+exec 7>&-
+kill -9 "$HOLD" 2>/dev/null
+wait "$HOLD" 2>/dev/null
+wait_unmounted "$MP" || fusermount3 -u -z "$MP"
+MOUNT_LOG=""
+
+# Few workers: two waiting stages would take both of -o max_threads=2 (and the
+# one of -s) and leave none for the RELEASE that ends their wait; stages
+# beyond half of the workers run on threads of their own instead.
+for opts in max_threads=2 -s; do
+	if [ "$opts" = -s ]; then
+		mount_fs wrap.safetensors "$MP" -s -o buffer_size=8M,device=host
+	else
+		mount_fs wrap.safetensors "$MP" -o "buffer_size=8M,device=host,$opts"
+	fi
+	"$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
+	HOLD=$!
+	exec 7>hold.in
+	wait_line hold.out '^held$' || fail "$opts: holder: $(cat hold.out)"
+	pids=""
+	for k in 0 1 2; do
+		"$TSI" try "$MP/w.$k" 0 >try.$k.out 2>&1 7>&- &
+		pids="$pids $!"
+	done
+	for k in 0 1 2; do
+		wait_line try.$k.out '^waiting$' || fail "$opts: client $k: $(cat try.$k.out)"
+	done
+	sleep 0.5
+	for p in $pids; do
+		kill -0 "$p" 2>/dev/null || fail "$opts: a stage did not wait for the leased ring"
+	done
+	exec 7>&-
+	wait "$HOLD" || fail "$opts: the holder could not release: $(cat hold.out)"
+	k=0
+	for p in $pids; do
+		wait "$p" || fail "$opts: waiting stage $k failed: $(cat try.$k.out)"
+		k=$((k + 1))
+	done
+	n=$(stat_get staging.stage_threads)
+	[ "$n" -ge 2 ] || fail "$opts: $n stages ran on threads of their own, expected 2 or more"
+	note "$opts: 3 stages waited for the ring and were served after the release ($n on threads)"
+	umount_fs "$MP"
+done
+
+# ---- a multi-shard checkpoint: --all in checkpoint order, concurrent clients ------------------
+tmo 30 "$MKCKPT" -q --seed 11 --tensor 'big.0:F32:600000' --tensor '.odd/name%x:BF16:333' \
+	--tensor 'empty:F16:0' --random 60 --max-bytes 1536K --shards 3 --index multi ||
+	fail "mkckpt multi"
+mount_fs multi "$MP" -o buffer_size=2M,device=host
+"$PYTHON" - "$MP" >gpu.order <<'EOF' || fail "plan.json"
+import json, os, sys
+p = json.load(open(os.path.join(sys.argv[1], ".placefs", "plan.json")))
+def encode(name):
+    out = name.replace("%", "%25").replace("/", "%2F")
+    return "%2E" + out[1:] if out.startswith(".") else out
+for t in p["tensors"]:
+    if t["placement"] == "gpu":
+        print(os.path.join(sys.argv[1], encode(t["name"])))
+EOF
+ngpu=$(wc -l <gpu.order)
+[ "$ngpu" -gt 40 ] || fail "multi: only $ngpu gpu tensors"
+for mode in copy borrow; do
+	out=$(tmo 60 "$STAGE" --mode $mode --verify --all "$MP") || fail "multi --all $mode: $out"
+	echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" || fail "multi $mode: $out"
+	echo "$out" | awk '$NF ~ /^\// { print $NF }' | cmp -s - gpu.order ||
+		fail "multi $mode: --all did not go in checkpoint order"
+	note "multi $mode: $(echo "$out" | grep '^placefs-stage: ')"
+done
+pids=""
+for k in 1 2 3 4 5 6 7 8; do
+	mode=copy
+	[ $((k % 2)) -eq 0 ] && mode=borrow
+	"$STAGE" --mode $mode --verify -q --all "$MP" >conc.$k.out 2>&1 &
+	pids="$pids $!"
+done
+k=0
+for p in $pids; do
+	k=$((k + 1))
+	wait "$p" || fail "concurrent client $k failed: $(cat conc.$k.out)"
+	grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" conc.$k.out ||
+		fail "concurrent client $k: $(cat conc.$k.out)"
+done
+hw=$(stat_get staging.ring_high_water)
+[ "$hw" -le 2097152 ] || fail "ring high-water $hw > its 2 MiB"
+[ "$(stat_get staging.leases)" = 0 ] || fail "leases left after the concurrent clients"
+[ "$(stat_get staging.ring_used)" -le 2097152 ] || fail "ring_used beyond the ring"
+note "8 concurrent clients: $ngpu tensors each verified, high-water $hw of 2097152"
+# The cpu tensor of this checkpoint is refused by name.
+out=$(tmo 30 "$STAGE" "$MP/big.0" 2>&1) && fail "big.0 (cpu) was staged: $out"
+umount_fs "$MP"
+
+# Two workers: stages beyond one waiting worker run on threads of their own.
+mount_fs multi "$MP" -o buffer_size=2M,device=host,host_buffer=256K,max_threads=2,noprefetch
+grep -q 'host buffer 262144 bytes (256 KiB: 16 chunks of 16 KiB), prefetch off$' "$MOUNT_LOG" ||
+	fail "-o host_buffer=256K,noprefetch not in the log"
+pids=""
+for k in 1 2 3 4; do
+	"$STAGE" --mode borrow --verify -q --all "$MP" >conc.$k.out 2>&1 &
+	pids="$pids $!"
+done
+k=0
+for p in $pids; do
+	k=$((k + 1))
+	wait "$p" || fail "client $k with 2 workers failed: $(cat conc.$k.out)"
+done
+[ "$(stat_get staging.prefetch.issued)" = 0 ] || fail "-o noprefetch: prefetches were issued"
+note "4 clients on 2 workers, 256 KiB host buffer, no prefetch: ok"
+umount_fs "$MP"
+
+# ---- staging off, the default, a CUDA device that is not there, bad values -------------------
+mount_fs seed.safetensors "$MP" -o buffer_size=8M,device=none
+grep -q '^placefs: staging: disabled (-o device=none)$' "$MOUNT_LOG" || fail "device=none log"
+cmp -s "$MP/.placefs/plan" plan.txt || fail "device=none: .placefs/plan differs from placefs-plan"
+out=$(tmo 10 "$TSI" try "$MP/small" 0) && fail "device=none staged: $out"
+[ "$out" = ENODEV ] || fail "device=none stage: $out, expected ENODEV"
+st=0
+out=$(tmo 10 "$STAGE" "$MP/small" 2>&1) || st=$?
+[ "$st" -eq 1 ] && echo "$out" | grep -q 'staging is disabled' || fail "device=none: $out"
+[ "$(stat_get staging.device)" = none ] || fail "device=none: stats"
+umount_fs "$MP"
+
+mount_fs seed.safetensors "$MP" -o buffer_size=8M
+if grep -q '^placefs: staging: disabled (no -o device given' "$MOUNT_LOG"; then
+	note "default device: staging off ($(grep 'staging: disabled' "$MOUNT_LOG"))"
+	cmp -s "$MP/.placefs/plan" plan.txt || fail "default device: .placefs/plan differs"
+else
+	grep -q '^placefs: staging: cuda:0 ' "$MOUNT_LOG" || fail "default device: no staging line"
+	note "default device: cuda:0"
+fi
+umount_fs "$MP"
+
+# cuda:0, daemonized: either it mounts (a GPU is here) or the start fails with 12 and says why.
+st=0
+tmo 60 "$PLACEFS" -o buffer_size=8M,device=cuda:0 seed.safetensors "$MP" >cuda.out 2>&1 || st=$?
+if [ "$st" -eq 0 ]; then
+	is_mounted "$MP" || fail "cuda:0: exit 0 but nothing mounted"
+	tmo 10 fusermount3 -u "$MP" || fail "cuda:0: unmount"
+	note "cuda:0: mounted (a CUDA device is present)"
+else
+	[ "$st" -eq 12 ] || fail "cuda:0 without a GPU: exit $st, expected 12: $(cat cuda.out)"
+	grep -Eq 'cuda:0 requested but (no CUDA device is available|placefs was built without CUDA).*nothing mounted' \
+		cuda.out || fail "cuda:0 without a GPU: $(cat cuda.out)"
+	is_mounted "$MP" && fail "cuda:0 without a GPU left a mount"
+	note "cuda:0 refused: $(cat cuda.out)"
+fi
+for opt in device=cuda:1024 device=cuda:-1 device=gpu host_buffer=1K host_buffer=8G \
+	host_buffer=lots; do
+	st=0
+	tmo 20 "$PLACEFS" -f -o "$opt" seed.safetensors "$MP" >bad.out 2>&1 || st=$?
+	[ "$st" -eq 2 ] || fail "-o $opt: exit $st, expected 2: $(cat bad.out)"
+	grep -q "${opt%%=*}" bad.out || fail "-o $opt: message $(cat bad.out)"
+done
+
+# Daemonized with staging: returns once the mount is live, stages, unmounts.
+tmo 30 "$PLACEFS" -o buffer_size=8M,device=host seed.safetensors "$MP" ||
+	fail "daemonized mount with device=host failed"
+is_mounted "$MP" || fail "daemonized mount is not live when placefs returns"
+out=$(tmo 30 "$STAGE" --mode borrow --verify "$MP/small") || fail "daemonized: $out"
+tmo 10 fusermount3 -u "$MP" || fail "daemonized: unmount"
+wait_unmounted "$MP" || fail "daemonized: still mounted"
+note "daemonized with device=host: ok"
+exit 0

@@ -1,0 +1,524 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_stage_ioctl: raw staging ioctls against a live placefs mount, for
+ * tests/mount-stage.sh. Subcommands:
+ *
+ *   bad MOUNT GPUFILE CPUFILE   every malformed request, with its errno
+ *   hold FILE...                borrow each file, print "held", wait for
+ *                               EOF on stdin, release, print "released"
+ *   try FILE TIMEOUT_MS [--sigusr1]
+ *                               one borrow with a timeout: "waiting" on
+ *                               stderr, then "ok wait_ns=N" or the errno
+ *                               name on stdout (with --sigusr1 a SIGUSR1
+ *                               interrupts the wait)
+ *   wrap FILE...                borrow, check against read() through the
+ *                               mapped ring, release, in turn; prints the
+ *                               number of times the ring wrapped
+ *
+ * Exit status 0 when every check held.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "placefs/client.h"
+
+static int checks, failures;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		checks++;                                                                          \
+		if (!(cond)) {                                                                     \
+			failures++;                                                                \
+			fprintf(stderr, "FAIL: " __VA_ARGS__);                                     \
+			fputc('\n', stderr);                                                       \
+		}                                                                                  \
+	} while (0)
+
+static int xopen(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "test_stage_ioctl: %s: %s\n", path, strerror(errno));
+		exit(2);
+	}
+	return fd;
+}
+
+/* Issues cmd with arg and checks that it fails with `want` (0: succeeds). */
+static void expect(int fd, unsigned long cmd, void *arg, int want, const char *what)
+{
+	int rc = ioctl(fd, cmd, arg);
+	int e = rc == 0 ? 0 : errno;
+
+	CHECK(e == want, "%s: %s, expected %s", what, e ? placefs_client_errno_name(e) : "success",
+	      want ? placefs_client_errno_name(want) : "success");
+}
+
+static void stage_init(struct placefs_ioc_stage *s, uint32_t mode)
+{
+	memset(s, 0, sizeof(*s));
+	s->version = PLACEFS_IOC_VERSION;
+	s->size = sizeof(*s);
+	s->mode = mode;
+}
+
+static void copy_init(struct placefs_ioc_stage *s, const char *shm, uint64_t off, uint64_t size)
+{
+	stage_init(s, PLACEFS_IOC_STAGE_COPY);
+	s->dest_kind = PLACEFS_IOC_HANDLE_HOST_SHM;
+	s->dest_handle_bytes = (uint32_t)strlen(shm) + 1;
+	memcpy(s->dest_handle, shm, strlen(shm) + 1);
+	s->dest_offset = off;
+	s->dest_size = size;
+}
+
+static void release_init(struct placefs_ioc_release *r, uint64_t lease)
+{
+	memset(r, 0, sizeof(*r));
+	r->version = PLACEFS_IOC_VERSION;
+	r->size = sizeof(*r);
+	r->lease = lease;
+}
+
+/* A host shm object of `size` bytes owned by us, for copy destinations. */
+static void make_shm(char *name, size_t len, uint64_t size)
+{
+	int fd;
+
+	snprintf(name, len, "/placefs-test-ioctl-%ld", (long)getpid());
+	fd = shm_open(name, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+		fprintf(stderr, "test_stage_ioctl: shm %s: %s\n", name, strerror(errno));
+		exit(2);
+	}
+	close(fd);
+}
+
+static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
+{
+	struct placefs_ioc_ring_info ri, ri_ok;
+	struct placefs_ioc_stage s;
+	struct placefs_ioc_release r;
+	char shm[64], path[PATH_MAX], buf[512];
+	struct stat st;
+	uint64_t lease, n;
+	int fd, fd2, cfd, dfd, i, host;
+	unsigned int flags;
+
+	fd = xopen(gpu, O_RDONLY);
+	if (fstat(fd, &st) != 0)
+		return 2;
+	n = (uint64_t)st.st_size;
+	make_shm(shm, sizeof(shm), n + 4096);
+
+	/* ---- RING_INFO ---- */
+	memset(&ri_ok, 0, sizeof(ri_ok));
+	ri_ok.version = PLACEFS_IOC_VERSION;
+	ri_ok.size = sizeof(ri_ok);
+	expect(fd, PLACEFS_IOC_RING_INFO, &ri_ok, 0, "ring_info");
+	host = ri_ok.backend == PLACEFS_IOC_BACKEND_HOST;
+	CHECK(host || ri_ok.backend == PLACEFS_IOC_BACKEND_CUDA, "ring_info backend %u",
+	      ri_ok.backend);
+	CHECK(ri_ok.ring_bytes > 0 && ri_ok.alignment > 0, "ring_info sizes");
+	CHECK(ri_ok.handle_kind ==
+	              (host ? PLACEFS_IOC_HANDLE_HOST_SHM : PLACEFS_IOC_HANDLE_CUDA_IPC),
+	      "ring_info handle kind %u", ri_ok.handle_kind);
+	CHECK(host ? ri_ok.device == -1 : ri_ok.device >= 0, "ring_info device %d", ri_ok.device);
+	for (i = 0; i < 3; i++) {
+		static const uint32_t v[] = {0, 2, 0xffffffffu};
+
+		ri = ri_ok;
+		memset(ri.reserved, 0, sizeof(ri.reserved));
+		ri.version = v[i];
+		expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with a bad version");
+	}
+	memset(&ri, 0, sizeof(ri));
+	ri.version = PLACEFS_IOC_VERSION;
+	ri.size = 255;
+	expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with size 255");
+	ri.size = 257;
+	expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with size 257");
+	for (i = 0; i < 10; i++) {
+		memset(&ri, 0, sizeof(ri));
+		ri.version = PLACEFS_IOC_VERSION;
+		ri.size = sizeof(ri);
+		ri.reserved[i] = 1;
+		expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with reserved[i] set");
+	}
+
+	/* ---- STAGE: header fields ---- */
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.version = 2;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with version 2");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.version = 0;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with version 0");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.size = 319;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with size 319");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.size = 0;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with size 0");
+	for (i = 0; i < 3; i++) {
+		static const uint32_t modes[] = {2, 7, 0xffffffffu};
+
+		stage_init(&s, modes[i]);
+		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with an unknown mode");
+	}
+	for (flags = 1; flags; flags <<= 7) {
+		stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+		s.flags = flags;
+		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with flags");
+	}
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.pad0 = 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with pad0 set");
+	for (i = 0; i < 10; i++) {
+		stage_init(&s, PLACEFS_IOC_STAGE_COPY);
+		copy_init(&s, shm, 0, n);
+		s.reserved[i] = 0x100;
+		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with reserved[i] set");
+	}
+	/* Borrow mode takes no destination. */
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.dest_kind = PLACEFS_IOC_HANDLE_HOST_SHM;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "borrow with dest_kind");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.dest_handle_bytes = 3;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "borrow with dest_handle_bytes");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.dest_offset = 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "borrow with dest_offset");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.dest_size = 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "borrow with dest_size");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.dest_handle[100] = 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "borrow with dest_handle bytes");
+
+	/* ---- STAGE: destinations ---- */
+	for (i = 0; i < 3; i++) {
+		static const uint32_t kinds[] = {PLACEFS_IOC_HANDLE_NONE, 3, 99};
+
+		copy_init(&s, shm, 0, n);
+		s.dest_kind = kinds[i];
+		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with a bad dest_kind");
+	}
+	for (i = 0; i < 3; i++) {
+		static const uint32_t hb[] = {0, 63, 65};
+
+		copy_init(&s, shm, 0, n);
+		memset(s.dest_handle, 0, sizeof(s.dest_handle));
+		s.dest_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+		s.dest_handle_bytes = hb[i];
+		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with a CUDA handle of bad length");
+	}
+	copy_init(&s, "noslash", 0, n);
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy to a shm name without '/'");
+	copy_init(&s, "/a/b", 0, n);
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy to a shm name with two '/'");
+	copy_init(&s, "/", 0, n);
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy to the shm name \"/\"");
+	copy_init(&s, shm, 0, n);
+	s.dest_handle_bytes += 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with dest_handle_bytes past the NUL");
+	copy_init(&s, shm, 0, n);
+	s.dest_handle_bytes -= 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with dest_handle_bytes without the NUL");
+	copy_init(&s, shm, 0, n);
+	s.dest_handle_bytes = PLACEFS_IOC_HANDLE_MAX + 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with dest_handle_bytes 129");
+	copy_init(&s, shm, 0, n);
+	s.dest_handle[PLACEFS_IOC_HANDLE_MAX - 1] = 'x';
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with bytes after the shm name");
+	copy_init(&s, shm, 1, n);
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with dest_offset + nbytes > dest_size");
+	copy_init(&s, shm, n + 2, n + 1);
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with dest_offset > dest_size");
+	copy_init(&s, shm, UINT64_MAX - 2, UINT64_MAX);
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy whose dest_offset + nbytes overflows");
+	copy_init(&s, shm, 0, n + 8192);
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy with dest_size > the shm object");
+	copy_init(&s, "/placefs-test-ioctl-missing", 0, n);
+	expect(fd, PLACEFS_IOC_STAGE, &s, ENOENT, "copy to a missing shm object");
+	if (host) {
+		copy_init(&s, (const char *)ri_ok.handle, 0, n);
+		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy into the staging ring itself");
+	}
+	copy_init(&s, shm, 0, n);
+	memset(s.dest_handle, 0xab, PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES);
+	memset(s.dest_handle + PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES, 0,
+	       PLACEFS_IOC_HANDLE_MAX - PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES);
+	s.dest_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+	s.dest_handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
+	if (host) {
+		expect(fd, PLACEFS_IOC_STAGE, &s, EOPNOTSUPP, "copy to a CUDA IPC handle on host");
+	} else {
+		/* The runtime decides how a made-up handle fails; it must fail cleanly. */
+		i = ioctl(fd, PLACEFS_IOC_STAGE, &s);
+		CHECK(i != 0, "copy to a made-up CUDA IPC handle succeeded");
+		printf("made-up CUDA IPC handle: %s\n",
+		       i ? placefs_client_errno_name(errno) : "ok");
+	}
+	/* The good request still works, at the last offset that fits. */
+	copy_init(&s, shm, 4096, n + 4096);
+	expect(fd, PLACEFS_IOC_STAGE, &s, 0, "copy at offset 4096");
+	CHECK(s.nbytes == n && s.lease == 0, "copy result nbytes %" PRIu64 " lease %" PRIu64,
+	      s.nbytes, s.lease);
+	CHECK(s.version == PLACEFS_IOC_VERSION && s.size == sizeof(s), "copy reply header");
+
+	/* ---- command numbers ---- */
+	expect(fd, _IOWR(PLACEFS_IOC_MAGIC, 0x09, char[64]), buf, ENOTTY, "unknown command 9");
+	expect(fd, _IOWR(PLACEFS_IOC_MAGIC, 0x00, char[64]), buf, ENOTTY, "unknown command 0");
+	expect(fd, _IOWR(0xB8, 0x02, struct placefs_ioc_stage), &s, ENOTTY, "another magic");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	expect(fd, _IOWR(PLACEFS_IOC_MAGIC, 0x02, char[100]), &s, EINVAL,
+	       "stage command encoding 100 bytes");
+	expect(fd, _IOWR(PLACEFS_IOC_MAGIC, 0x02, char[321]), buf, EINVAL,
+	       "stage command encoding 321 bytes");
+	expect(fd, _IOW(PLACEFS_IOC_MAGIC, 0x02, struct placefs_ioc_stage), &s, EINVAL,
+	       "stage command without the read direction");
+	memset(&ri, 0, sizeof(ri));
+	expect(fd, _IOR(PLACEFS_IOC_MAGIC, 0x01, struct placefs_ioc_ring_info), &ri, EINVAL,
+	       "ring_info command without the write direction");
+	expect(fd, _IO(PLACEFS_IOC_MAGIC, 0x03), NULL, EINVAL, "release command without data");
+	release_init(&r, 1);
+	expect(fd, _IOWR(PLACEFS_IOC_MAGIC, 0x03, struct placefs_ioc_release), &r, EINVAL,
+	       "release command with the read direction");
+	expect(fd, FS_IOC_GETFLAGS, &i, ENOTTY, "FS_IOC_GETFLAGS on a tensor file");
+
+	/* ---- RELEASE ---- */
+	release_init(&r, 1);
+	r.version = 2;
+	expect(fd, PLACEFS_IOC_RELEASE, &r, EINVAL, "release with version 2");
+	release_init(&r, 1);
+	r.size = 63;
+	expect(fd, PLACEFS_IOC_RELEASE, &r, EINVAL, "release with size 63");
+	for (i = 0; i < 6; i++) {
+		release_init(&r, 1);
+		r.reserved[i] = 1;
+		expect(fd, PLACEFS_IOC_RELEASE, &r, EINVAL, "release with reserved[i] set");
+	}
+	release_init(&r, 0);
+	expect(fd, PLACEFS_IOC_RELEASE, &r, ENOENT, "release of lease 0");
+	release_init(&r, 0xdeadbeefULL);
+	expect(fd, PLACEFS_IOC_RELEASE, &r, ENOENT, "release of an unknown lease");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	expect(fd, PLACEFS_IOC_STAGE, &s, 0, "borrow");
+	lease = s.lease;
+	CHECK(lease != 0 && s.nbytes == n, "borrow result");
+	CHECK(s.ring_offset % ri_ok.alignment == 0 && s.ring_offset + n <= ri_ok.ring_bytes,
+	      "borrowed span %" PRIu64 "+%" PRIu64 " outside the ring", s.ring_offset, n);
+	fd2 = xopen(gpu, O_RDONLY);
+	release_init(&r, lease);
+	expect(fd2, PLACEFS_IOC_RELEASE, &r, ENOENT, "release through another descriptor");
+	close(fd2);
+	/* A dup shares the file handle, so it may release. */
+	fd2 = dup(fd);
+	expect(fd2, PLACEFS_IOC_RELEASE, &r, 0, "release through a dup of the descriptor");
+	close(fd2);
+	expect(fd, PLACEFS_IOC_RELEASE, &r, ENOENT, "second release");
+
+	/* ---- the cpu-placed tensor ---- */
+	cfd = xopen(cpu, O_RDONLY);
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	expect(cfd, PLACEFS_IOC_STAGE, &s, EFBIG, "borrow of the cpu-placed tensor");
+	copy_init(&s, shm, 0, n + 4096);
+	expect(cfd, PLACEFS_IOC_STAGE, &s, EFBIG, "copy of the cpu-placed tensor");
+	ri = ri_ok;
+	memset(&ri, 0, sizeof(ri));
+	ri.version = PLACEFS_IOC_VERSION;
+	ri.size = sizeof(ri);
+	expect(cfd, PLACEFS_IOC_RING_INFO, &ri, 0, "ring_info on the cpu-placed tensor");
+	close(cfd);
+
+	/* ---- what is not a tensor file ---- */
+	snprintf(path, sizeof(path), "%s/.placefs/stats", mnt);
+	cfd = xopen(path, O_RDONLY);
+	memset(&ri, 0, sizeof(ri));
+	ri.version = PLACEFS_IOC_VERSION;
+	ri.size = sizeof(ri);
+	expect(cfd, PLACEFS_IOC_RING_INFO, &ri, ENOTTY, "ring_info on .placefs/stats");
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	expect(cfd, PLACEFS_IOC_STAGE, &s, ENOTTY, "stage on .placefs/stats");
+	close(cfd);
+	snprintf(path, sizeof(path), "%s/.placefs/plan", mnt);
+	cfd = xopen(path, O_RDONLY);
+	expect(cfd, PLACEFS_IOC_STAGE, &s, ENOTTY, "stage on .placefs/plan");
+	close(cfd);
+	dfd = xopen(mnt, O_RDONLY | O_DIRECTORY);
+	expect(dfd, PLACEFS_IOC_RING_INFO, &ri, ENOTTY, "ring_info on the mount's root");
+	close(dfd);
+	snprintf(path, sizeof(path), "%s/.placefs/by-placement/gpu", mnt);
+	dfd = xopen(path, O_RDONLY | O_DIRECTORY);
+	expect(dfd, PLACEFS_IOC_STAGE, &s, ENOTTY, "stage on a directory");
+	close(dfd);
+
+	/* ---- the daemon still serves ---- */
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	expect(fd, PLACEFS_IOC_STAGE, &s, 0, "borrow after the bad requests");
+	release_init(&r, s.lease);
+	expect(fd, PLACEFS_IOC_RELEASE, &r, 0, "release after the bad requests");
+	CHECK(read(fd, buf, sizeof(buf)) >= 0, "read after the bad requests");
+	close(fd);
+	shm_unlink(shm);
+	printf("bad: %d checks, %d failures\n", checks, failures);
+	return failures ? 1 : 0;
+}
+
+static int cmd_hold(int argc, char **argv)
+{
+	struct placefs_client_error e;
+	struct placefs_ioc_stage s;
+	char c;
+	int *fds = calloc((size_t)argc, sizeof(*fds));
+	uint64_t *leases = calloc((size_t)argc, sizeof(*leases));
+	int i;
+
+	if (!fds || !leases)
+		return 2;
+	for (i = 0; i < argc; i++) {
+		fds[i] = xopen(argv[i], O_RDONLY);
+		if (placefs_client_borrow(fds[i], 0, &s, &e) != 0) {
+			fprintf(stderr, "hold: %s: %s\n", argv[i], e.msg);
+			return 1;
+		}
+		leases[i] = s.lease;
+		printf("lease %s offset %" PRIu64 " bytes %" PRIu64 "\n", argv[i], s.ring_offset,
+		       s.nbytes);
+	}
+	printf("held\n");
+	fflush(stdout);
+	while (read(0, &c, 1) > 0)
+		;
+	for (i = 0; i < argc; i++) {
+		if (placefs_client_release(fds[i], leases[i], &e) != 0) {
+			fprintf(stderr, "hold: %s: %s\n", argv[i], e.msg);
+			return 1;
+		}
+		close(fds[i]);
+	}
+	printf("released\n");
+	free(fds);
+	free(leases);
+	return 0;
+}
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+static int cmd_try(const char *file, const char *ms, int sigusr1)
+{
+	struct placefs_client_error e;
+	struct placefs_ioc_stage s;
+	struct sigaction sa;
+	int fd, rc;
+
+	if (sigusr1) {
+		/* No SA_RESTART: the signal must end the ioctl with EINTR. */
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+	}
+	fd = xopen(file, O_RDONLY);
+	/* On stderr, so that $(...) sees only the result: the stage starts now. */
+	fprintf(stderr, "waiting\n");
+	rc = placefs_client_borrow(fd, strtoull(ms, NULL, 10) * 1000000ULL, &s, &e);
+	if (rc != 0) {
+		printf("%s\n", placefs_client_errno_name(rc));
+		close(fd);
+		return 1;
+	}
+	printf("ok wait_ns=%" PRIu64 " offset=%" PRIu64 "\n", s.wait_ns, s.ring_offset);
+	placefs_client_release(fd, s.lease, NULL);
+	close(fd);
+	return 0;
+}
+
+static int cmd_wrap(int argc, char **argv)
+{
+	struct placefs_client_error e;
+	struct placefs_ioc_ring_info ri;
+	struct placefs_client_ring *ring;
+	struct placefs_ioc_stage s;
+	uint64_t prev_end = 0;
+	int i, fd, wraps = 0;
+
+	fd = xopen(argv[0], O_RDONLY);
+	if (placefs_client_ring_info(fd, &ri, &e) != 0 ||
+	    placefs_client_ring_map(&ri, &ring, &e) != 0) {
+		fprintf(stderr, "wrap: %s\n", e.msg);
+		return 2;
+	}
+	close(fd);
+	for (i = 0; i < argc; i++) {
+		uint8_t *want, *got;
+		struct stat st;
+
+		fd = xopen(argv[i], O_RDONLY);
+		if (fstat(fd, &st) != 0)
+			return 2;
+		want = malloc((size_t)st.st_size + 1);
+		got = malloc((size_t)st.st_size + 1);
+		if (!want || !got)
+			return 2;
+		CHECK(read(fd, want, (size_t)st.st_size) == st.st_size, "%s: read()", argv[i]);
+		if (placefs_client_borrow(fd, 0, &s, &e) != 0) {
+			CHECK(0, "%s: %s", argv[i], e.msg);
+			close(fd);
+			continue;
+		}
+		CHECK(s.nbytes == (uint64_t)st.st_size, "%s: nbytes", argv[i]);
+		CHECK(s.ring_offset % ri.alignment == 0 &&
+		              s.ring_offset + s.nbytes <= ri.ring_bytes,
+		      "%s: span %" PRIu64 "+%" PRIu64 " outside the %" PRIu64 "-byte ring", argv[i],
+		      s.ring_offset, s.nbytes, ri.ring_bytes);
+		if (i > 0 && s.ring_offset < prev_end)
+			wraps++;
+		prev_end = s.ring_offset + s.nbytes;
+		CHECK(placefs_client_ring_read(ring, s.ring_offset, got, s.nbytes, &e) == 0 &&
+		              memcmp(want, got, s.nbytes) == 0,
+		      "%s: ring bytes differ from read()", argv[i]);
+		CHECK(placefs_client_release(fd, s.lease, &e) == 0, "%s: release: %s", argv[i],
+		      e.msg);
+		printf("%s offset %" PRIu64 " bytes %" PRIu64 " verified\n", argv[i], s.ring_offset,
+		       s.nbytes);
+		free(want);
+		free(got);
+		close(fd);
+	}
+	placefs_client_ring_unmap(ring);
+	printf("wraps %d\nwrap: %d checks, %d failures\n", wraps, checks, failures);
+	return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 5 && strcmp(argv[1], "bad") == 0)
+		return cmd_bad(argv[2], argv[3], argv[4]);
+	if (argc >= 3 && strcmp(argv[1], "hold") == 0)
+		return cmd_hold(argc - 2, argv + 2);
+	if ((argc == 4 || argc == 5) && strcmp(argv[1], "try") == 0)
+		return cmd_try(argv[2], argv[3], argc == 5 && strcmp(argv[4], "--sigusr1") == 0);
+	if (argc >= 3 && strcmp(argv[1], "wrap") == 0)
+		return cmd_wrap(argc - 2, argv + 2);
+	fprintf(stderr, "usage: test_stage_ioctl bad MOUNT GPUFILE CPUFILE | hold FILE... |\n"
+	                "       try FILE TIMEOUT_MS [--sigusr1] | wrap FILE...\n");
+	return 2;
+}
