@@ -48,8 +48,7 @@
 #include "backend.h"
 #include "error.h"
 
-#define PLACEFS_STAGE_IO_THREADS_DEFAULT 8
-#define PLACEFS_STAGE_IO_THREADS_MAX     64
+#define PLACEFS_STAGE_IO_THREADS_MAX 64
 /* Ring spans start at multiples of this (cudaMalloc's own alignment). */
 #define PLACEFS_STAGE_ALIGN_DEFAULT 256
 /* At most this many prefetched tensors are held at once. */
@@ -61,9 +60,13 @@ struct placefs_stager_config {
 	const char *device;   /* backend spec: "cuda:N", "host" or "none" */
 	uint64_t ring_bytes;  /* > 0: the staging limit, or placefs_plan_ring_bytes() */
 	uint64_t host_buffer; /* 0 = PLACEFS_HOST_BUFFER_DEFAULT */
-	unsigned io_threads;  /* 0 = default; capped by the number of bounce chunks */
-	uint64_t align;       /* 0 = PLACEFS_STAGE_ALIGN_DEFAULT */
-	int prefetch;         /* start the prefetch thread */
+	/*
+	 * 0 = default: $PLACEFS_STAGE_IO_THREADS if set, else online CPUs - 2
+	 * clamped to [4, 16]; capped by the number of bounce chunks.
+	 */
+	unsigned io_threads;
+	uint64_t align; /* 0 = PLACEFS_STAGE_ALIGN_DEFAULT */
+	int prefetch;   /* start the prefetch thread */
 };
 
 /* Per-request options; a NULL pointer means all defaults. */

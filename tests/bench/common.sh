@@ -20,17 +20,19 @@ bench_cleanup() {
 trap bench_cleanup EXIT INT TERM
 
 # bench_mount SOURCE MNT [placefs options...]: mounts and waits until live.
+# (POSIX sh has no locals: the names below start with _bm_ so they cannot
+# clobber a caller's variables.)
 bench_mount() {
-	src=$1
-	mnt=$2
+	_bm_src=$1
+	_bm_mnt=$2
 	shift 2
-	mkdir -p "$mnt"
-	"$PLACEFS" "$@" "$src" "$mnt"
-	bench_mounts="$bench_mounts $mnt"
-	i=0
-	until grep -qs " $mnt fuse" /proc/self/mounts; do
-		i=$((i + 1))
-		[ $i -lt 100 ] || { echo "bench: $mnt did not mount" >&2; exit 1; }
+	mkdir -p "$_bm_mnt"
+	"$PLACEFS" "$@" "$_bm_src" "$_bm_mnt"
+	bench_mounts="$bench_mounts $_bm_mnt"
+	_bm_i=0
+	until grep -qs " $_bm_mnt fuse" /proc/self/mounts; do
+		_bm_i=$((_bm_i + 1))
+		[ $_bm_i -lt 100 ] || { echo "bench: $_bm_mnt did not mount" >&2; exit 1; }
 		sleep 0.05
 	done
 }
