@@ -106,6 +106,15 @@ step() {
 
 # ---- the step bodies (each runs in its own bash, under set -eu) ----------------------
 
+# HF parity: save_file -> mount -> load_state_dict == load_file, right devices.
+do_hf_parity() {
+	[ "$KIND" = cuda ] || { echo "hf-parity needs a GPU"; exit 77; }
+	python3 -c 'import torch, safetensors' 2>/dev/null ||
+		{ echo "NOTE: torch or safetensors missing"; exit 77; }
+	python3 "$ROOT/tests/py/hf_parity.py" "$BUILD"
+}
+export -f do_hf_parity
+
 B_MKCKPT() { "$BUILD/tools/placefs-mkckpt" "$@"; }
 
 # fuse_ok: 0 when this machine can mount (for the steps that mount).
@@ -548,6 +557,7 @@ step devmem 300 bash -c 'set -eu; do_devmem'
 step mount-stage 400 bash -c 'set -eu; do_mount_stage'
 step python-loader 400 bash -c 'set -eu; do_python'
 step gpu-smoke 600 bash -c 'set -eu; do_gpu_smoke'
+step hf-parity 300 bash -c 'set -eu; do_hf_parity'
 
 {
 	echo
