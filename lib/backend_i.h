@@ -38,6 +38,29 @@ struct placefs_backend_ops {
 	void (*ipc_close)(struct placefs_backend *be, void *ptr);
 	int (*ring_to_device)(struct placefs_backend *be, uint64_t ring_off, void *dptr, uint64_t n,
 	                      struct placefs_error *err);
+	/*
+	 * Zero-copy sources (lib/stage.c): NULL when the backend has none (host).
+	 * map_source maps bytes [0, file_size) of the shard open on fd read-only
+	 * (PROT_READ, MAP_SHARED) and registers the mapping with the device so
+	 * its DMA engine reads it directly; *base is the mapping. The CPU never
+	 * reads through it. -EOPNOTSUPP when the device cannot register
+	 * read-only memory, -EIO (or -ENOMEM) when mmap or the registration
+	 * fails; nothing is left mapped on failure. unmap_source undoes it; no
+	 * copy from it may be in flight.
+	 */
+	int (*map_source)(struct placefs_backend *be, int fd, uint64_t file_size, void **base,
+	                  struct placefs_error *err);
+	void (*unmap_source)(struct placefs_backend *be, void *base, uint64_t file_size);
+	/*
+	 * Copies n bytes at src (inside a mapping from map_source) into ring
+	 * bytes [ring_off, ring_off + n) and returns when they are there. The
+	 * copy is split into pieces spread over the streams of the bounce
+	 * chunks chunks[0..nchunks) (nchunks >= 1), which the calling thread
+	 * owns and which have no copy in flight.
+	 */
+	int (*src_to_ring)(struct placefs_backend *be, const unsigned *chunks, unsigned nchunks,
+	                   const void *src, uint64_t ring_off, uint64_t n,
+	                   struct placefs_error *err);
 };
 
 struct placefs_backend {

@@ -3,12 +3,15 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend_i.h"
 #include "ring.h"
 #include "stage.h"
 
@@ -25,6 +28,53 @@
 /* Back-stop period for the prefetch thread's waits. */
 #define PF_POLL_NS (200ULL * 1000 * 1000)
 
+/*
+ * Zero-copy staging. A shard is mapped read-only and registered with the
+ * device once (the backend's map_source), lazily at the first stage of one
+ * of its tensors, and stays registered until the stager is freed; a tensor
+ * of it is then one DMA from the mapping into the ring (src_to_ring), run by
+ * one I/O thread over the streams of its own bounce chunks. The CPU never
+ * reads through the mapping: every byte goes by DMA.
+ *
+ * Safety. The daemon validates the shards at mount and re-checks a shard
+ * before staging from it, but a shard may still be truncated or rewritten
+ * after its registration. The registration keeps the old pages referenced,
+ * so the DMA does not fault: it reads stale (but mapped) memory. Therefore,
+ * after every zero-copy copy, the I/O thread fstat()s the file and compares
+ * its size and mtime with those recorded at registration (taken before the
+ * mapping was made). If either differs the tensor fails with -EIO and its
+ * span is given back: changed bytes are never handed out as valid. The
+ * shard is then marked refused, and its registration is dropped once no
+ * copy uses it; its later tensors go through the bounce path, whose pread()
+ * sees the file as it is now. The check runs after the copy, so a change
+ * during the copy is caught as well (truncation and write() update the size
+ * and mtime before they drop or change pages).
+ *
+ * Pinned memory: a registration pins the whole shard's page cache. Shards
+ * are registered only while the total stays within half of physical memory;
+ * the rest use the bounce path.
+ *
+ * Entries are keyed by (st_dev, st_ino) and guarded by st->lock; the slow
+ * mapping and registration run unlocked, other stagers of the same shard
+ * waiting on done_cond meanwhile.
+ */
+enum zc_state {
+	ZC_REGISTERING,
+	ZC_READY,
+	ZC_REFUSED, /* bounce path for good: registration failed, over the cap, or stale */
+};
+
+struct zc_src {
+	struct zc_src *next;
+	dev_t dev;
+	ino_t ino;
+	uint64_t size;
+	struct timespec mtime;
+	void *base; /* the registered mapping; NULL when not registered */
+	enum zc_state state;
+	unsigned users; /* copies from base in progress */
+};
+
 struct job {
 	struct job *qnext;
 	int fd;
@@ -32,10 +82,11 @@ struct job {
 	uint64_t nbytes;
 	uint64_t ring_off;
 	uint64_t npieces;
-	uint64_t next; /* next piece to hand out */
-	uint64_t done; /* pieces finished (read + copy waited for, or skipped) */
-	int prio;      /* 1: a foreground request; 0: prefetch */
-	int rc;        /* first error; read atomically to skip remaining pieces */
+	uint64_t next;     /* next piece to hand out */
+	uint64_t done;     /* pieces finished (read + copy waited for, or skipped) */
+	int prio;          /* 1: a foreground request; 0: prefetch */
+	struct zc_src *zc; /* zero-copy source (one piece); NULL: bounce path */
+	int rc;            /* first error; read atomically to skip remaining pieces */
 	bool finished;
 	struct placefs_error err;
 	const char *name;
@@ -103,6 +154,12 @@ struct counters {
 	uint64_t prefetch_hits;
 	uint64_t prefetch_evicted;
 	uint64_t prefetch_held;
+	uint64_t zero_copy_bytes;
+	uint64_t zero_copy_registrations;
+	uint64_t zero_copy_registration_ns;
+	uint64_t zero_copy_registered_bytes;
+	uint64_t zero_copy_refused;
+	uint64_t zero_copy_stale;
 };
 
 struct placefs_stager {
@@ -142,6 +199,13 @@ struct placefs_stager {
 	 * never wins space a foreground request is about to ask for.
 	 */
 	unsigned fg_allocating;
+
+	/* Zero-copy (see the comment at the top); all under lock. */
+	bool zc_on;
+	struct zc_src *zc;
+	uint64_t zc_pinned; /* bytes of the registered shards */
+	uint64_t zc_cap;
+	char zc_note[256]; /* why it is off, or the first refusal */
 
 	struct counters c; /* atomic fields */
 };
@@ -286,6 +350,182 @@ static int read_full(int fd, uint8_t *buf, uint64_t n, uint64_t off, const char 
 	return 0;
 }
 
+/* ---- zero-copy sources ----------------------------------------------------- */
+
+static void slots_reap_ready(struct io_thread *t, bool all);
+
+/* Notes the first reason zero-copy was refused; lock held. */
+__attribute__((format(printf, 2, 3))) static void zc_note(struct placefs_stager *st,
+                                                          const char *fmt, ...)
+{
+	va_list ap;
+
+	if (st->zc_note[0] != '\0')
+		return;
+	va_start(ap, fmt);
+	vsnprintf(st->zc_note, sizeof(st->zc_note), fmt, ap);
+	va_end(ap);
+}
+
+static struct zc_src *zc_find(struct placefs_stager *st, dev_t dev, ino_t ino)
+{
+	struct zc_src *z;
+
+	for (z = st->zc; z; z = z->next)
+		if (z->dev == dev && z->ino == ino)
+			return z;
+	return NULL;
+}
+
+/*
+ * The registered source for bytes [off, off + n) of fd, with a use taken, or
+ * NULL when the tensor goes through the bounce path. Registers the shard on
+ * its first use (unlocked); callers must not hold st->lock.
+ */
+static struct zc_src *zc_acquire(struct placefs_stager *st, int fd, uint64_t off, uint64_t n)
+{
+	struct placefs_error e;
+	struct zc_src *z;
+	struct stat sb;
+	uint64_t t0;
+	void *base = NULL;
+	int rc;
+
+	if (!st->zc_on || n == 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0)
+		return NULL;
+	pthread_mutex_lock(&st->lock);
+	z = zc_find(st, sb.st_dev, sb.st_ino);
+	if (!z) {
+		z = calloc(1, sizeof(*z));
+		if (!z) {
+			pthread_mutex_unlock(&st->lock);
+			return NULL;
+		}
+		z->dev = sb.st_dev;
+		z->ino = sb.st_ino;
+		z->size = (uint64_t)sb.st_size;
+		z->mtime = sb.st_mtim;
+		z->next = st->zc;
+		st->zc = z;
+		if (z->size > st->zc_cap - st->zc_pinned) {
+			z->state = ZC_REFUSED;
+			CNT_ADD(st, zero_copy_refused, 1);
+			zc_note(st,
+			        "%s: zero-copy registrations would pin more than half of "
+			        "physical memory; further shards use bounce buffers",
+			        st->info.name);
+		} else {
+			z->state = ZC_REGISTERING;
+			st->zc_pinned += z->size;
+			pthread_mutex_unlock(&st->lock);
+			placefs_error_clear(&e);
+			t0 = now_ns();
+			rc = st->be->ops->map_source(st->be, fd, z->size, &base, &e);
+			t0 = now_ns() - t0;
+			pthread_mutex_lock(&st->lock);
+			if (rc == 0) {
+				z->base = base;
+				z->state = ZC_READY;
+				CNT_ADD(st, zero_copy_registrations, 1);
+				CNT_ADD(st, zero_copy_registration_ns, t0);
+				CNT_ADD(st, zero_copy_registered_bytes, z->size);
+			} else {
+				z->state = ZC_REFUSED;
+				st->zc_pinned -= z->size;
+				CNT_ADD(st, zero_copy_refused, 1);
+				zc_note(st,
+				        "zero-copy refused for a shard, which uses bounce "
+				        "buffers instead: %s",
+				        e.msg);
+			}
+			pthread_cond_broadcast(&st->done_cond);
+		}
+	}
+	while (z->state == ZC_REGISTERING)
+		pthread_cond_wait(&st->done_cond, &st->lock);
+	/* A range past the registered end is left to pread(), which reports it. */
+	if (z->state != ZC_READY || off > z->size || n > z->size - off) {
+		pthread_mutex_unlock(&st->lock);
+		return NULL;
+	}
+	z->users++;
+	pthread_mutex_unlock(&st->lock);
+	return z;
+}
+
+/* Ends a use of z; a refused source is unregistered by its last user. Unlocked. */
+static void zc_put(struct placefs_stager *st, struct zc_src *z)
+{
+	void *base = NULL;
+
+	pthread_mutex_lock(&st->lock);
+	if (--z->users == 0 && z->state == ZC_REFUSED && z->base) {
+		base = z->base;
+		z->base = NULL;
+		st->zc_pinned -= z->size;
+		CNT_SUB(st, zero_copy_registered_bytes, z->size);
+	}
+	pthread_mutex_unlock(&st->lock);
+	if (base)
+		st->be->ops->unmap_source(st->be, base, z->size);
+}
+
+/*
+ * Runs a zero-copy job (one piece) on thread t: DMA from the mapping, then
+ * the staleness check described at the top. Unlocked.
+ */
+static void zc_run(struct io_thread *t, struct job *j)
+{
+	struct placefs_stager *st = t->st;
+	struct zc_src *z = j->zc;
+	struct placefs_error e;
+	struct stat sb;
+	int rc = 0;
+
+	/* The streams of this thread's chunks must be idle before they carry the copy. */
+	slots_reap_ready(t, true);
+	placefs_error_clear(&e);
+	if (__atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) == 0) {
+		rc = st->be->ops->src_to_ring(st->be, t->chunks, t->nslots,
+		                              (const uint8_t *)z->base + j->file_off, j->ring_off,
+		                              j->nbytes, &e);
+		if (rc != 0) {
+			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
+		} else if (fstat(j->fd, &sb) != 0 || sb.st_dev != z->dev || sb.st_ino != z->ino ||
+		           (uint64_t)sb.st_size != z->size ||
+		           sb.st_mtim.tv_sec != z->mtime.tv_sec ||
+		           sb.st_mtim.tv_nsec != z->mtime.tv_nsec) {
+			rc = placefs_error_set(&e, -EIO, PLACEFS_E_IO,
+			                       "tensor \"%s\": the shard changed (size or mtime) "
+			                       "since it was registered for zero-copy staging; "
+			                       "its bytes are not used",
+			                       j->name);
+			pthread_mutex_lock(&st->lock);
+			if (z->state == ZC_READY) {
+				z->state = ZC_REFUSED;
+				CNT_ADD(st, zero_copy_stale, 1);
+			}
+			pthread_mutex_unlock(&st->lock);
+		} else {
+			CNT_ADD(st, zero_copy_bytes, j->nbytes);
+		}
+	}
+	j->zc = NULL;
+	zc_put(st, z);
+	piece_done(st, j, rc, &e);
+}
+
+/* Switches a job that has not been submitted to the zero-copy path, when it can be. */
+static void job_try_zc(struct placefs_stager *st, struct job *j)
+{
+	struct zc_src *z = zc_acquire(st, j->fd, j->file_off, j->nbytes);
+
+	if (z) {
+		j->zc = z;
+		j->npieces = 1;
+	}
+}
+
 /* Waits for the copy pending in slot s and finishes its piece. */
 static void slot_reap(struct io_thread *t, unsigned s)
 {
@@ -322,6 +562,10 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
 	uint8_t *buf;
 	int rc;
 
+	if (j->zc) {
+		zc_run(t, j);
+		return;
+	}
 	t->rr = (t->rr + 1) % t->nslots;
 	if (n > st->info.chunk_bytes)
 		n = st->info.chunk_bytes;
@@ -600,6 +844,16 @@ static void *pf_main(void *arg)
 		st->cursor++;
 		__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
 		CNT_ADD(st, prefetch_issued, 1);
+		if (st->zc_on) {
+			/*
+			 * The entry is listed (in flight) already, so an adopter
+			 * waits for it and a yield marks it; registering a new
+			 * shard is slow, so it runs unlocked.
+			 */
+			pthread_mutex_unlock(&st->lock);
+			job_try_zc(st, &e->job);
+			pthread_mutex_lock(&st->lock);
+		}
 		job_submit(st, &e->job); /* may finish (and evict) at once when empty */
 	}
 	pthread_mutex_unlock(&st->lock);
@@ -758,6 +1012,15 @@ static void stager_destroy(struct placefs_stager *st)
 		en = e->next;
 		free(e);
 	}
+	/* No copy is in flight any more: drop the registrations before the backend. */
+	while (st->zc) {
+		struct zc_src *z = st->zc;
+
+		st->zc = z->next;
+		if (z->base)
+			st->be->ops->unmap_source(st->be, z->base, z->size);
+		free(z);
+	}
 	for (i = 0; i < LEASE_BUCKETS; i++) {
 		struct lease *l, *ln;
 
@@ -811,6 +1074,46 @@ static int default_io_threads(unsigned *out, struct placefs_error *err)
 	}
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	*out = ncpu - 2 < 4 ? 4 : ncpu - 2 > 16 ? 16 : (unsigned)(ncpu - 2);
+	return 0;
+}
+
+/*
+ * Decides whether zero-copy is on: the backend must have the ops, and the
+ * config (or, by default, $PLACEFS_STAGE_ZERO_COPY) must not turn it off.
+ */
+static int zero_copy_setup(struct placefs_stager *st, const struct placefs_stager_config *cfg,
+                           struct placefs_error *err)
+{
+	const struct placefs_backend_ops *ops = st->be->ops;
+	const char *env = getenv("PLACEFS_STAGE_ZERO_COPY");
+	int want = cfg->zero_copy;
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+
+	if (want == 0 && env) {
+		if (strcmp(env, "0") == 0)
+			want = -1;
+		else if (strcmp(env, "1") == 0)
+			want = 1;
+		else
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                         "PLACEFS_STAGE_ZERO_COPY=\"%s\": expected 0 or 1",
+			                         env);
+	}
+	if (!ops->map_source || !ops->unmap_source || !ops->src_to_ring) {
+		if (want > 0)
+			snprintf(st->zc_note, sizeof(st->zc_note),
+			         "%s: this backend cannot stage without bounce buffers (zero-copy)",
+			         st->info.name);
+		return 0;
+	}
+	if (want < 0) {
+		snprintf(st->zc_note, sizeof(st->zc_note), "%s: zero-copy staging is off (%s)",
+		         st->info.name,
+		         cfg->zero_copy < 0 ? "configuration" : "PLACEFS_STAGE_ZERO_COPY=0");
+		return 0;
+	}
+	st->zc_on = true;
+	st->zc_cap = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
 	return 0;
 }
 
@@ -875,6 +1178,9 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 			goto fail_start;
 		st->threads[i].started = true;
 	}
+	rc = zero_copy_setup(st, cfg, err);
+	if (rc != 0)
+		goto fail;
 	placefs_ring_set_pressure_hook(st->ring, pf_on_pressure, st);
 	st->pf_enabled = cfg->prefetch != 0;
 	if (st->pf_enabled) {
@@ -995,6 +1301,7 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	}
 
 	job_init(&job, fd, file_offset, nbytes, ring_off, st->info.chunk_bytes, 1, name);
+	job_try_zc(st, &job);
 	rc = job_run(st, &job);
 	if (rc != 0) {
 		placefs_ring_release(st->ring, span_id);
@@ -1180,4 +1487,20 @@ void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager
 	out->prefetch_hits = CNT_GET(st, prefetch_hits);
 	out->prefetch_evicted = CNT_GET(st, prefetch_evicted);
 	out->prefetch_held = CNT_GET(st, prefetch_held);
+	out->zero_copy = st->zc_on;
+	out->zero_copy_bytes = CNT_GET(st, zero_copy_bytes);
+	out->zero_copy_registrations = CNT_GET(st, zero_copy_registrations);
+	out->zero_copy_registration_ns = CNT_GET(st, zero_copy_registration_ns);
+	out->zero_copy_registered_bytes = CNT_GET(st, zero_copy_registered_bytes);
+	out->zero_copy_refused = CNT_GET(st, zero_copy_refused);
+	out->zero_copy_stale = CNT_GET(st, zero_copy_stale);
+}
+
+void placefs_stager_zero_copy_note(struct placefs_stager *st, char *buf, size_t len)
+{
+	if (len == 0)
+		return;
+	pthread_mutex_lock(&st->lock);
+	snprintf(buf, len, "%s", st->zc_note);
+	pthread_mutex_unlock(&st->lock);
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1113,6 +1114,249 @@ START_TEST(test_device_pass_cuda)
 }
 END_TEST
 
+/* The host backend has no zero-copy: the knobs are parsed, reported, and change nothing. */
+START_TEST(test_zero_copy_host)
+{
+	struct placefs_stager_config cfg = {.device = "host", .ring_bytes = 4 * MiB};
+	struct placefs_stager_stats ss;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st = NULL;
+	struct placefs_error err;
+	struct fixture fx;
+	char note[256];
+
+	setenv("PLACEFS_STAGE_ZERO_COPY", "yes", 1);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
+	ck_assert_ptr_null(st);
+	ck_assert_ptr_nonnull(strstr(err.msg, "PLACEFS_STAGE_ZERO_COPY"));
+	/* An explicit configuration does not read the variable. */
+	cfg.zero_copy = 1;
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_stager_create(&cfg, &st, &err) == 0, "%s", err.msg);
+	placefs_stager_zero_copy_note(st, note, sizeof(note));
+	ck_assert_msg(strstr(note, "cannot stage without bounce buffers") != NULL, "%s", note);
+	fx_open(&fx, 3 * MiB + 5);
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_stager_stage(st, fx.fd, 7, 3 * MiB - 2, NULL, &sp, &err) == 0, "%s",
+	              err.msg);
+	check_span(st, &sp, &fx, 7);
+	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.zero_copy, 0);
+	ck_assert_uint_eq(ss.zero_copy_bytes, 0);
+	ck_assert_uint_eq(ss.zero_copy_registrations, 0);
+	ck_assert_uint_eq(ss.read_bytes, 3 * MiB - 2);
+	placefs_stager_free(st);
+	unsetenv("PLACEFS_STAGE_ZERO_COPY");
+	cfg.zero_copy = 0;
+	st = NULL;
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), 0);
+	placefs_stager_zero_copy_note(st, note, sizeof(note));
+	ck_assert_str_eq(note, "");
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/* 1 when cuda:0 exists; else says that `test` skipped its CUDA part. */
+static int have_cuda(const char *test)
+{
+	struct placefs_error err;
+	int n;
+
+	placefs_error_clear(&err);
+	n = placefs_backend_cuda_devices(&err);
+	if (n <= 0) {
+		fprintf(stderr, "%s: SKIPPED its CUDA part: no CUDA device (%s)\n", test,
+		        n == 0 ? "none found" : err.msg);
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * 1 when the stager registered the shard for zero-copy; 0 (said on stderr)
+ * only when the device cannot register read-only memory at all, which is
+ * the one refusal the test accepts.
+ */
+static int zero_copy_used(struct placefs_stager *st, const char *test)
+{
+	struct placefs_stager_stats ss;
+	char note[256];
+
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.zero_copy, 1);
+	placefs_stager_zero_copy_note(st, note, sizeof(note));
+	if (ss.zero_copy_registrations == 0 &&
+	    strstr(note, "HostRegisterReadOnlySupported is 0") != NULL) {
+		fprintf(stderr, "%s: SKIPPED its zero-copy checks: %s\n", test, note);
+		return 0;
+	}
+	ck_assert_msg(ss.zero_copy_registrations == 1, "registrations %llu: %s",
+	              (unsigned long long)ss.zero_copy_registrations, note);
+	return 1;
+}
+
+/* Zero-copy on a real file: odd offsets and sizes, pieces over several streams, prefetch. */
+START_TEST(test_zero_copy_cuda)
+{
+	static const uint64_t offs[] = {0, 1, 4096, 5 * MiB + 3, 0};
+	static const uint64_t sizes[] = {1, 4097, 40 * MiB + 3, 17 * MiB, 64 * MiB};
+	struct placefs_prefetch_item item;
+	struct placefs_stage_opts o = {.key = 9};
+	struct placefs_stager_stats ss;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct fixture fx;
+	uint64_t sum = 0;
+	unsigned i;
+
+	if (!have_cuda("test_zero_copy_cuda"))
+		return;
+	fx_open(&fx, 64 * MiB);
+	st = mk("cuda:0", 64 * MiB, 8 * MiB, 2, 1);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, offs[i], sizes[i], NULL, &sp, &err) ==
+		                      0,
+		              "%s", err.msg);
+		check_span(st, &sp, &fx, offs[i]);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		sum += sizes[i];
+	}
+	if (zero_copy_used(st, "test_zero_copy_cuda")) {
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.zero_copy_bytes, sum);
+		ck_assert_uint_eq(ss.read_bytes, 0);
+		ck_assert_uint_eq(ss.zero_copy_registered_bytes, 64 * MiB);
+		item = (struct placefs_prefetch_item){
+		        .fd = fx.fd, .offset = 333, .nbytes = 20 * MiB, .key = 9};
+		ck_assert_int_eq(placefs_stager_prefetch(st, &item, 1, NULL), 0);
+		wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_issued), 1);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 333, 20 * MiB, &o, &sp, NULL), 0);
+		ck_assert_int_eq(sp.prefetched, 1);
+		check_span(st, &sp, &fx, 333);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.zero_copy_bytes, sum + 20 * MiB);
+		ck_assert_uint_eq(ss.zero_copy_registrations, 1);
+		ck_assert_uint_eq(ss.read_bytes, 0);
+		ck_assert_uint_eq(ss.errors, 0);
+	}
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/*
+ * A shard truncated, or touched, after its registration: the next zero-copy
+ * stage fails (never stale bytes), and the shard falls back to pread(),
+ * which sees the file as it is now.
+ */
+START_TEST(test_zero_copy_stale_cuda)
+{
+	struct placefs_stager_stats ss;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct fixture fx;
+	struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 0}, {.tv_sec = 1000000000}};
+	int wfd;
+
+	if (!have_cuda("test_zero_copy_stale_cuda"))
+		return;
+	/* Truncation. */
+	fx_open(&fx, 16 * MiB);
+	st = mk("cuda:0", 16 * MiB, 8 * MiB, 2, 0);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, NULL, &sp, NULL), 0);
+	check_span(st, &sp, &fx, 8 * MiB);
+	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	if (zero_copy_used(st, "test_zero_copy_stale_cuda")) {
+		ck_assert_int_eq(truncate(fx.path, 6 * MiB), 0);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, NULL, &sp, &err),
+		                 -EIO);
+		ck_assert_msg(strstr(err.msg, "changed") != NULL, "%s", err.msg);
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.zero_copy_stale, 1);
+		ck_assert_uint_eq(ss.leases, 0);
+		ck_assert_uint_eq(ss.ring_used, 0);
+		/* The registration is gone once unused; the shard is read with pread(). */
+		ck_assert_uint_eq(ss.zero_copy_registered_bytes, 0);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 1, 5 * MiB, NULL, &sp, NULL), 0);
+		check_span(st, &sp, &fx, 1);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, NULL, &sp, &err),
+		                 -EIO);
+		ck_assert_msg(strstr(err.msg, "short read") != NULL, "%s", err.msg);
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.read_bytes, 5 * MiB);
+		ck_assert_uint_eq(ss.zero_copy_registrations, 1);
+	}
+	placefs_stager_free(st);
+	fx_close(&fx);
+
+	/* Same size, new mtime (as a rewrite in place leaves it). */
+	fx_open(&fx, 4 * MiB);
+	st = mk("cuda:0", 4 * MiB, 8 * MiB, 2, 0);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 4 * MiB, NULL, &sp, NULL), 0);
+	check_span(st, &sp, &fx, 0);
+	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	if (zero_copy_used(st, "test_zero_copy_stale_cuda")) {
+		wfd = open(fx.path, O_WRONLY | O_CLOEXEC);
+		ck_assert_int_ge(wfd, 0);
+		ck_assert_int_eq(futimens(wfd, ts), 0);
+		close(wfd);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 4 * MiB, NULL, &sp, NULL),
+		                 -EIO);
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.zero_copy_stale, 1);
+		ck_assert_uint_eq(ss.leases, 0);
+		/* The bounce path serves the file from now on. */
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 4 * MiB, NULL, &sp, NULL), 0);
+		check_span(st, &sp, &fx, 0);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	}
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/* PLACEFS_STAGE_ZERO_COPY=0: the bounce path, on the same device, still correct. */
+START_TEST(test_zero_copy_off_cuda)
+{
+	struct placefs_stager_stats ss;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct fixture fx;
+	char note[256];
+
+	if (!have_cuda("test_zero_copy_off_cuda"))
+		return;
+	setenv("PLACEFS_STAGE_ZERO_COPY", "0", 1);
+	fx_open(&fx, 24 * MiB);
+	st = mk("cuda:0", 24 * MiB, 8 * MiB, 2, 0);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 3, 20 * MiB + 1, NULL, &sp, NULL), 0);
+	check_span(st, &sp, &fx, 3);
+	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.zero_copy, 0);
+	ck_assert_uint_eq(ss.zero_copy_bytes, 0);
+	ck_assert_uint_eq(ss.zero_copy_registrations, 0);
+	ck_assert_uint_eq(ss.read_bytes, 20 * MiB + 1);
+	placefs_stager_zero_copy_note(st, note, sizeof(note));
+	ck_assert_msg(strstr(note, "PLACEFS_STAGE_ZERO_COPY=0") != NULL, "%s", note);
+	placefs_stager_free(st);
+	fx_close(&fx);
+	/* The whole device pass on the bounce path too. */
+	device_pass("cuda:0");
+	unsetenv("PLACEFS_STAGE_ZERO_COPY");
+}
+END_TEST
+
 static Suite *stage_suite(void)
 {
 	Suite *s = suite_create("stage");
@@ -1134,10 +1378,14 @@ static Suite *stage_suite(void)
 	tcase_add_test(tc, test_prefetch_same_key_twice);
 	tcase_add_test(tc, test_concurrent_stress);
 	tcase_add_test(tc, test_device_pass_host);
+	tcase_add_test(tc, test_zero_copy_host);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("cuda");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_device_pass_cuda);
+	tcase_add_test(tc, test_zero_copy_cuda);
+	tcase_add_test(tc, test_zero_copy_stale_cuda);
+	tcase_add_test(tc, test_zero_copy_off_cuda);
 	suite_add_tcase(s, tc);
 	return s;
 }
