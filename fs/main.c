@@ -6,8 +6,8 @@
  * checkpoint -> plan -> build the tree -> create the session (which rejects
  * unknown libfuse options) -> signal handlers -> fork the daemon -> create
  * the staging backend -> mount -> tell the waiting parent (which exits 0
- * only now, once the mount is live) -> log the plan summary ->
- * multithreaded loop -> end the staging waits -> unmount -> release in
+ * only now, once the mount is live) -> log the plan summary -> remove the
+ * shared memory that killed placefs processes left -> multithreaded loop -> end the staging waits -> unmount -> release in
  * reverse order. Everything that can be wrong with the command line, the
  * checkpoint or the staging device is found before anything is mounted.
  *
@@ -37,9 +37,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "log.h"
 #include "ops.h"
 #include "opts.h"
+#include "safetensors.h"
 #include "size.h"
 #include "stage.h"
 
@@ -225,6 +227,33 @@ static void daemon_ready(int *ready_fd)
 	*ready_fd = -1;
 }
 
+static void report_stale(const char *name, uint64_t bytes, void *arg)
+{
+	char sz[32];
+
+	(void)arg;
+	placefs_size_format(bytes, sz, sizeof(sz));
+	placefs_log(LOG_NOTICE,
+	            "removed /dev/shm/%s (%llu bytes, %s): left by a placefs process that no "
+	            "longer exists",
+	            name, (unsigned long long)bytes, sz);
+}
+
+/*
+ * A daemon or client killed with SIGKILL cannot unlink its shared memory
+ * (a host ring, a copy destination), which then holds its size of memory
+ * until someone removes it: each daemon removes those of dead processes
+ * when it starts.
+ */
+static void remove_stale_shm(void)
+{
+	struct placefs_error err;
+
+	placefs_error_clear(&err);
+	if (placefs_shm_remove_stale(report_stale, NULL, &err) < 0)
+		placefs_log(LOG_WARNING, "%s", err.msg);
+}
+
 static int run_loop(struct fuse_session *se, const struct placefs_opts *o)
 {
 	struct fuse_loop_config *cfg;
@@ -280,8 +309,12 @@ int main(int argc, char *argv[])
 		goto out_opts;
 	}
 	if (opts.show_version) {
-		printf("placefs %s (built with libfuse %s)\n", PACKAGE_VERSION,
-		       PLACEFS_BUILD_FUSE_VERSION);
+		/* The libraries as loaded now, and libfuse as built against. */
+		printf("placefs %s\n"
+		       "libfuse %s (built with %s)\n"
+		       "cJSON %s\n",
+		       PACKAGE_VERSION, fuse_pkgversion(), PLACEFS_BUILD_FUSE_VERSION,
+		       placefs_json_version());
 		fflush(stdout);
 		fuse_lowlevel_version();
 		status = EXIT_OK;
@@ -352,6 +385,7 @@ int main(int argc, char *argv[])
 		placefs_log_to_syslog(1);
 	log_summary(&m, &opts);
 	placefs_fs_stage_log(&m);
+	remove_stale_shm();
 	if (!m.check_reads)
 		placefs_log(LOG_WARNING, "PLACEFS_TEST_SKIP_READ_CHECK is set: reads do not "
 		                         "verify their shard first (testing only)");

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -102,20 +104,133 @@ static char *thread_buf(size_t len)
 
 /* ---- shard health ------------------------------------------------------------ */
 
-/* Records that shard i went bad; logs only the transition so a reader loop cannot flood the log. */
-static void shard_mark_bad(struct placefs_mount *m, uint32_t i, int rc, const char *msg)
+static uint64_t mono_ns(void)
 {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static const char *shard_file(const struct placefs_mount *m, uint32_t i)
+{
+	return placefs_ckpt_shard(m->ckpt, i)->file;
+}
+
+/*
+ * Logs one line about shard i: a burst of PLACEFS_SHARD_LOG_BURST lines
+ * (a shard going bad and coming back is told at once), then at most one per
+ * PLACEFS_SHARD_LOG_NS, unless `force` (for events that happen once per
+ * shard). A line held back is counted, and the next line logged says how
+ * many were. A shard flapping at any request rate therefore costs about one
+ * line a second.
+ */
+static void shard_log(struct placefs_mount *m, uint32_t i, int prio, bool force, const char *fmt,
+                      ...) __attribute__((format(printf, 5, 6)));
+
+static void shard_log(struct placefs_mount *m, uint32_t i, int prio, bool force, const char *fmt,
+                      ...)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	uint64_t now = mono_ns(), held;
+	char line[1024];
+	va_list ap;
+
+	/*
+	 * A virtual clock (GCRA): log_ns runs ahead of now by one interval per
+	 * line logged and catches up in real time; a line may go while it is
+	 * at most BURST - 1 intervals ahead.
+	 */
+	pthread_mutex_lock(&h->log_lock);
+	if (h->log_ns < now)
+		h->log_ns = now;
+	if (!force && h->log_ns - now > (PLACEFS_SHARD_LOG_BURST - 1) * PLACEFS_SHARD_LOG_NS) {
+		h->suppressed++;
+		pthread_mutex_unlock(&h->log_lock);
+		return;
+	}
+	h->log_ns += PLACEFS_SHARD_LOG_NS;
+	held = h->suppressed;
+	h->suppressed = 0;
+	pthread_mutex_unlock(&h->log_lock);
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (held)
+		placefs_log(prio, "%s (%llu earlier line%s about this shard not logged)", line,
+		            (unsigned long long)held, held == 1 ? "" : "s");
+	else
+		placefs_log(prio, "%s", line);
+}
+
+/*
+ * Records a failed request on shard i: the shard is now `state` (CHANGED or
+ * IOERR) and answers rc. Only a change of state is logged (and that through
+ * shard_log()'s limit), so a reader loop on a failing shard cannot flood
+ * the log.
+ */
+static void shard_fail(struct placefs_mount *m, uint32_t i, enum placefs_shard_state state, int rc,
+                       bool force, const char *msg)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	int old;
+
 	atomic_fetch_add_explicit(&m->ctr.stale_refusals, 1, memory_order_relaxed);
-	if (atomic_exchange(&m->shard_bad[i], 1) == 0)
-		placefs_log(LOG_ERR, "%s: reads of its tensors now fail with %s", msg,
-		            rc == -ESTALE ? "ESTALE"
-		            : rc == -EIO  ? "EIO"
-		                          : strerror(-rc));
+	if (state == PLACEFS_SHARD_IOERR)
+		atomic_store_explicit(&h->fail_ns, mono_ns(), memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->fails, 1, memory_order_relaxed);
+	old = atomic_exchange(&h->state, (int)state);
+	if (old != (int)state || force)
+		shard_log(m, i, LOG_ERR, force, "%s: reads of its tensors now fail with %s", msg,
+		          rc == -ESTALE ? "ESTALE"
+		          : rc == -EIO  ? "EIO"
+		                        : strerror(-rc));
+}
+
+/* Makes shard i OK again if it is in state `from`, logging the recovery. */
+static void shard_recover(struct placefs_mount *m, uint32_t i, enum placefs_shard_state from)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	int expect = (int)from;
+	uint64_t fails;
+
+	if (!atomic_compare_exchange_strong(&h->state, &expect, PLACEFS_SHARD_OK))
+		return;
+	fails = atomic_exchange_explicit(&h->fails, 0, memory_order_relaxed);
+	if (from == PLACEFS_SHARD_CHANGED)
+		shard_log(m, i, LOG_NOTICE, false,
+		          "shard '%s' matches what was validated again; serving it "
+		          "(%llu request%s refused meanwhile)",
+		          shard_file(m, i), (unsigned long long)fails, fails == 1 ? "" : "s");
+	else
+		shard_log(m, i, LOG_NOTICE, false,
+		          "shard '%s' reads without errors again; serving it (%llu request%s "
+		          "failed meanwhile)",
+		          shard_file(m, i), (unsigned long long)fails, fails == 1 ? "" : "s");
+}
+
+/*
+ * A read of shard i succeeded: a shard that had I/O errors is OK again once
+ * it has had none for PLACEFS_SHARD_QUIET_NS. One relaxed load when healthy.
+ */
+static void shard_read_ok(struct placefs_mount *m, uint32_t i)
+{
+	struct placefs_shard_health *h = &m->health[i];
+
+	if (atomic_load_explicit(&h->state, memory_order_relaxed) != PLACEFS_SHARD_IOERR)
+		return;
+	if (mono_ns() - atomic_load_explicit(&h->fail_ns, memory_order_relaxed) <
+	    PLACEFS_SHARD_QUIET_NS)
+		return;
+	shard_recover(m, i, PLACEFS_SHARD_IOERR);
 }
 
 /*
  * Verifies shard i against what was validated at mount (2 system calls).
- * Returns 0 or the negative errno to answer with.
+ * Returns 0 or the negative errno to answer with. A passing check ends the
+ * CHANGED state (the shard was put back) but not IOERR: fstat and stat still
+ * match when the shard's file system fails to read it.
  */
 static int shard_ok(struct placefs_mount *m, uint32_t i)
 {
@@ -125,16 +240,14 @@ static int shard_ok(struct placefs_mount *m, uint32_t i)
 	placefs_error_clear(&err);
 	rc = placefs_ckpt_shard_check(m->ckpt, i, &err);
 	if (rc == 0) {
-		if (atomic_load_explicit(&m->shard_bad[i], memory_order_relaxed) &&
-		    atomic_exchange(&m->shard_bad[i], 0) == 1)
-			placefs_log(LOG_NOTICE,
-			            "shard '%s' matches what was validated again; serving it",
-			            placefs_ckpt_shard(m->ckpt, i)->file);
+		if (atomic_load_explicit(&m->health[i].state, memory_order_relaxed) ==
+		    PLACEFS_SHARD_CHANGED)
+			shard_recover(m, i, PLACEFS_SHARD_CHANGED);
 		return 0;
 	}
 	if (rc != -ESTALE && rc != -EIO)
 		rc = -EIO;
-	shard_mark_bad(m, i, rc, err.msg[0] ? err.msg : placefs_ckpt_shard(m->ckpt, i)->file);
+	shard_fail(m, i, PLACEFS_SHARD_CHANGED, rc, false, err.msg[0] ? err.msg : shard_file(m, i));
 	return rc;
 }
 
@@ -197,11 +310,22 @@ int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
 	m->check_reads = getenv("PLACEFS_TEST_SKIP_READ_CHECK") == NULL;
 	atomic_init(&m->bdi_tuned, 0);
 	m->nshards = placefs_ckpt_shard_count(ckpt);
-	m->shard_bad = calloc(m->nshards ? m->nshards : 1, sizeof(*m->shard_bad));
-	if (!m->shard_bad)
+	m->health = calloc(m->nshards ? m->nshards : 1, sizeof(*m->health));
+	if (!m->health)
 		goto nomem;
-	for (i = 0; i < m->nshards; i++)
-		atomic_init(&m->shard_bad[i], 0);
+	for (i = 0; i < m->nshards; i++) {
+		struct placefs_shard_health *h = &m->health[i];
+
+		atomic_init(&h->state, PLACEFS_SHARD_OK);
+		atomic_init(&h->no_map, 0);
+		atomic_init(&h->fail_ns, 0);
+		atomic_init(&h->fails, 0);
+		if (pthread_mutex_init(&h->log_lock, NULL) != 0) {
+			/* Only the locks made so far are destroyed. */
+			m->nshards = i;
+			goto nomem;
+		}
+	}
 	atomic_init(&m->ctr.reads, 0);
 	atomic_init(&m->ctr.bytes[0], 0);
 	atomic_init(&m->ctr.bytes[1], 0);
@@ -251,13 +375,28 @@ void placefs_mount_release(struct placefs_mount *m)
 			if (m->maps[i])
 				munmap((void *)m->maps[i], m->map_len[i]);
 	}
+	for (i = 0; m->health && i < m->nshards; i++) {
+		struct placefs_shard_health *h = &m->health[i];
+		static const char *const names[] = {"ok", "changed", "failing reads"};
+		int st = atomic_load(&h->state);
+
+		/* What the rate limit held back is summarized, so the log ends telling the truth. */
+		if (h->suppressed)
+			placefs_log(LOG_NOTICE,
+			            "shard '%s': %llu line%s about it not logged (rate limit); "
+			            "its state at the end: %s",
+			            shard_file(m, (uint32_t)i), (unsigned long long)h->suppressed,
+			            h->suppressed == 1 ? "" : "s",
+			            st >= 0 && st <= 2 ? names[st] : "?");
+		pthread_mutex_destroy(&h->log_lock);
+	}
 	free(m->maps);
 	free(m->map_len);
-	free(m->shard_bad);
+	free(m->health);
 	placefs_vtree_free(m->vt);
 	m->maps = NULL;
 	m->map_len = NULL;
-	m->shard_bad = NULL;
+	m->health = NULL;
 	m->vt = NULL;
 }
 
@@ -292,7 +431,7 @@ int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *s
 	if (rc < 0)
 		return rc;
 	for (i = 0; i < m->nshards; i++) {
-		if (!atomic_load(&m->shard_bad[i]))
+		if (atomic_load(&m->health[i].state) == PLACEFS_SHARD_OK)
 			continue;
 		if ((nbad++ > 0 && (rc = placefs_strbuf_adds(sb, ", ")) < 0) ||
 		    (rc = placefs_strbuf_add_json_string(sb,
@@ -472,7 +611,10 @@ static void placefs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 /*
  * Tensors: page cache kept across opens (FOPEN_KEEP_CACHE) so MAP_SHARED
- * mappings work; O_DIRECT opens get direct_io. The shard is checked here too,
+ * mappings work; O_DIRECT opens get direct_io, and keep the cache too:
+ * without FOPEN_KEEP_CACHE the kernel drops the inode's pages at every open,
+ * so one O_DIRECT reader would send every cached reader and mapping of the
+ * file back to the daemon. The shard is checked here too,
  * so a changed shard cannot be read even from pages cached before the change
  * through a new open.
  * Valid replies: fuse_reply_open, fuse_reply_err (EROFS, EISDIR, ESTALE, EIO, ENOMEM).
@@ -511,8 +653,7 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 		}
 		if (fi->flags & O_DIRECT)
 			fi->direct_io = 1;
-		else
-			fi->keep_cache = 1;
+		fi->keep_cache = 1;
 		/* Never 0: the staging leases taken through this handle belong to it. */
 		fi->fh = atomic_fetch_add(&m->next_fh, 1) + 1;
 		atomic_fetch_add(&m->ctr.open_files, 1);
@@ -526,8 +667,7 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 	case PLACEFS_V_FILE:
 		if (fi->flags & O_DIRECT)
 			fi->direct_io = 1;
-		else
-			fi->keep_cache = 1;
+		fi->keep_cache = 1;
 		fuse_reply_open(req, fi);
 		return;
 	case PLACEFS_V_STATS:
@@ -551,6 +691,32 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 		return;
 	default: fuse_reply_err(req, EINVAL); return;
 	}
+}
+
+/*
+ * The reply to a READ from shard i's mapping failed with rc. EFAULT means
+ * the kernel's copy from the mapping faulted: the shard shrank, or its file
+ * system could not read the pages in. The reader already got EIO, and
+ * libfuse has printed "fuse: writing device: Bad address": a message the
+ * daemon cannot avoid once the reply is sent. So that a failing source does
+ * not print it for every request, the shard is served with pread from now
+ * on, where the daemon sees the error itself and replies EIO quietly.
+ */
+static void map_reply_failed(struct placefs_mount *m, uint32_t i, uint64_t pos, int rc)
+{
+	char msg[512];
+	bool first;
+
+	atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
+	if (rc != -EFAULT)
+		return; /* ENOENT: the request was interrupted; the shard is not at fault */
+	first = atomic_exchange(&m->health[i].no_map, 1) == 0;
+	snprintf(msg, sizeof(msg),
+	         "shard '%s': replying from its mapping failed at byte %llu (%s: it shrank or "
+	         "cannot be read)%s",
+	         shard_file(m, i), (unsigned long long)pos, strerror(-rc),
+	         first ? "; serving it with pread from now on" : "");
+	shard_fail(m, i, PLACEFS_SHARD_IOERR, -EIO, first, msg);
 }
 
 /* Serves [off, off + size) of tensor ino; see placefs_op_read(). */
@@ -578,7 +744,8 @@ static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino,
 	if (m->check_reads && (rc = shard_ok(m, t->shard)) < 0)
 		goto fail;
 
-	if (m->maps && m->maps[t->shard]) {
+	if (m->maps && m->maps[t->shard] &&
+	    !atomic_load_explicit(&m->health[t->shard].no_map, memory_order_relaxed)) {
 		/*
 		 * One writev to /dev/fuse straight from the mapping. Should the
 		 * shard shrink under it, the kernel's copy faults and the write
@@ -587,15 +754,7 @@ static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino,
 		 */
 		rc = fuse_reply_buf(req, (const char *)m->maps[t->shard] + pos, len);
 		if (rc < 0) {
-			char msg[512];
-
-			atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
-			s = placefs_ckpt_shard(m->ckpt, t->shard);
-			snprintf(msg, sizeof(msg),
-			         "shard '%s': replying from its mapping failed at byte %llu (%s; "
-			         "did it shrink?)",
-			         s->file, (unsigned long long)pos, strerror(-rc));
-			shard_mark_bad(m, t->shard, -EIO, msg);
+			map_reply_failed(m, t->shard, pos, rc);
 			return;
 		}
 		goto done;
@@ -616,11 +775,10 @@ static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino,
 			char msg[512];
 
 			/* A short read means the shard shrank: never answer with fewer bytes. */
-			rc = r < 0 ? -errno : -EIO;
 			snprintf(msg, sizeof(msg), "shard '%s': %s at byte %llu", s->file,
 			         r < 0 ? strerror(errno) : "short read",
 			         (unsigned long long)(pos + done));
-			shard_mark_bad(m, t->shard, -EIO, msg);
+			shard_fail(m, t->shard, PLACEFS_SHARD_IOERR, -EIO, false, msg);
 			rc = -EIO;
 			goto fail;
 		}
@@ -628,6 +786,7 @@ static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino,
 	}
 	fuse_reply_buf(req, buf, len);
 done:
+	shard_read_ok(m, t->shard);
 	atomic_fetch_add_explicit(&m->ctr.reads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m->ctr.bytes[e->placement == PLACEFS_PLACE_CPU], len,
 	                          memory_order_relaxed);

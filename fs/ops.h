@@ -6,7 +6,8 @@
  * fuse_session_new() as userdata; every callback reaches it through one
  * accessor (placefs_mount_of(req)). Everything in it is fixed once the
  * session loop starts, except the counters (C11 atomics) and the per-shard
- * health flags (atomics), so the callbacks need no lock.
+ * health (atomics, and a lock taken only to log), so the callbacks need no
+ * lock to serve bytes.
  *
  * The GPU staging code (fs/stage.c) keeps its state in `stage`, appends its
  * members to the .placefs/stats JSON object through `stats_hook`, serves
@@ -22,6 +23,7 @@
 #endif
 #include <fuse_lowlevel.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +48,40 @@ struct placefs_counters {
 	atomic_uint_fast64_t stale_refusals; /* opens and reads refused because a shard changed */
 };
 
+/*
+ * A shard's health, as the requests on its tensors find it. CHANGED: its
+ * last check (placefs_ckpt_shard_check) failed: it was replaced, rewritten
+ * or shrunk; the next check that passes makes it OK again. IOERR: reading it
+ * failed (an I/O error, a short read, a faulting reply from its mapping)
+ * although the check passed; a passing check does not clear that, only a
+ * successful read a second (PLACEFS_SHARD_QUIET_NS) after the last failure
+ * does, so that a source failing every other request is not logged as
+ * recovering every other request.
+ */
+enum placefs_shard_state {
+	PLACEFS_SHARD_OK = 0,
+	PLACEFS_SHARD_CHANGED,
+	PLACEFS_SHARD_IOERR,
+};
+
+#define PLACEFS_SHARD_QUIET_NS (1000ULL * 1000 * 1000)
+/*
+ * Log lines about one shard: a burst of PLACEFS_SHARD_LOG_BURST, then at most
+ * one per PLACEFS_SHARD_LOG_NS; the rest are counted and summarized.
+ */
+#define PLACEFS_SHARD_LOG_NS    (1000ULL * 1000 * 1000)
+#define PLACEFS_SHARD_LOG_BURST 5ULL
+
+struct placefs_shard_health {
+	atomic_int state;             /* enum placefs_shard_state */
+	atomic_int no_map;            /* 1 once a reply from its mapping faulted: pread since */
+	atomic_uint_fast64_t fail_ns; /* CLOCK_MONOTONIC of its last failed read */
+	atomic_uint_fast64_t fails;   /* requests failed since it was last OK */
+	pthread_mutex_t log_lock;     /* the two fields below */
+	uint64_t log_ns;              /* the rate limiter's clock (see shard_log()) */
+	uint64_t suppressed;          /* lines not logged since then */
+};
+
 struct placefs_mount;
 
 /*
@@ -63,8 +99,8 @@ struct placefs_mount {
 	struct timespec started; /* CLOCK_MONOTONIC at start, for uptime */
 
 	size_t nshards;
-	atomic_int *shard_bad; /* per shard: 1 while its last check failed */
-	const uint8_t **maps;  /* read_mode=mmap: per shard PROT_READ mapping, or NULL */
+	struct placefs_shard_health *health; /* per shard */
+	const uint8_t **maps; /* read_mode=mmap: per shard PROT_READ mapping, or NULL */
 	size_t *map_len;
 
 	/*
@@ -99,7 +135,10 @@ struct placefs_mount {
 int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
                        struct placefs_ckpt *ckpt, struct placefs_plan *plan,
                        struct placefs_error *err);
-/* Releases what placefs_mount_init() created; safe on a zeroed struct. */
+/*
+ * Releases what placefs_mount_init() created, first logging for each shard
+ * how many lines about it the rate limit held back; safe on a zeroed struct.
+ */
 void placefs_mount_release(struct placefs_mount *m);
 
 /* The operations table and its size, for fuse_session_new(). */
@@ -107,7 +146,8 @@ const struct fuse_lowlevel_ops *placefs_ops_table(size_t *size);
 
 /*
  * Verifies shard i against what was validated at mount, as every READ does
- * (logging the first failure). Returns 0, -ESTALE or -EIO.
+ * (logging a change of its health, at most once a second per shard).
+ * Returns 0, -ESTALE or -EIO.
  */
 int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i);
 

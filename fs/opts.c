@@ -28,12 +28,14 @@ struct parse_ctx {
 	char *mountpoint;
 	char *extra; /* the first surplus positional, for the message */
 	int max_threads_given;
+	char *no_perms; /* an option that would turn default_permissions off */
 	int nomem;
 };
 
 enum {
 	KEY_PREFIX,
 	KEY_MAX_THREADS,
+	KEY_NO_DEFAULT_PERMISSIONS,
 };
 
 #define CTX_OPT(t, m)                                                                              \
@@ -52,6 +54,10 @@ static const struct fuse_opt placefs_opt_spec[] = {
         FUSE_OPT_KEY("prefix=", KEY_PREFIX),
         /* Noted here, then kept for fuse_parse_cmdline() which parses the value. */
         FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
+        /* Attempts to turn off the kernel's permission checks, refused by name. */
+        FUSE_OPT_KEY("nodefault_permissions", KEY_NO_DEFAULT_PERMISSIONS),
+        FUSE_OPT_KEY("no_default_permissions", KEY_NO_DEFAULT_PERMISSIONS),
+        FUSE_OPT_KEY("default_permissions=", KEY_NO_DEFAULT_PERMISSIONS),
         FUSE_OPT_END,
 };
 
@@ -104,6 +110,12 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		}
 		return 0;
 	case KEY_MAX_THREADS: ctx->max_threads_given = 1; return 1;
+	case KEY_NO_DEFAULT_PERMISSIONS:
+		if (!ctx->no_perms && !(ctx->no_perms = strdup(arg))) {
+			ctx->nomem = 1;
+			return -1;
+		}
+		return 0;
 	default: return 1;
 	}
 }
@@ -242,6 +254,14 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 		rc = 0;
 		goto out;
 	}
+	if (ctx.no_perms) {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                       "-o %s: placefs always mounts with default_permissions, so "
+		                       "that the kernel checks every access against the modes of "
+		                       "the source files; it cannot be turned off",
+		                       ctx.no_perms);
+		goto out;
+	}
 
 	if (!o->source || !ctx.mountpoint) {
 		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
@@ -352,6 +372,7 @@ out:
 	free(ctx.host_buffer);
 	free(ctx.mountpoint);
 	free(ctx.extra);
+	free(ctx.no_perms);
 	return rc;
 }
 

@@ -24,6 +24,8 @@
 #define HINT_WINDOW PLACEFS_STAGE_PREFETCH_MAX
 /* How often the watcher looks whether the session is ending. */
 #define WATCH_NS (100ULL * 1000 * 1000)
+/* Every this many looks it drops the cached copy destinations nobody can use. */
+#define SWEEP_TICKS 10
 /* A timeout longer than this (about 100 years) is no timeout. */
 #define TIMEOUT_MAX_NS (3155760000ULL * 1000000000ULL)
 
@@ -37,6 +39,7 @@ struct sreq {
 	uint64_t fh;
 	size_t entry;
 	uid_t uid;
+	pid_t pid; /* the caller's thread, 0 if not visible in our PID namespace */
 	struct placefs_ioc_stage io;
 };
 
@@ -184,6 +187,7 @@ static void *watch_main(void *arg)
 {
 	struct fs_stage *fs = arg;
 	struct timespec ts;
+	unsigned ticks = 0;
 
 	pthread_mutex_lock(&fs->lock);
 	while (!fs->watch_stop) {
@@ -192,6 +196,16 @@ static void *watch_main(void *arg)
 			cancel_all(fs);
 			pthread_mutex_lock(&fs->lock);
 			break;
+		}
+		/*
+		 * Copy destinations whose clients unlinked them or exited stay
+		 * mapped (their pages allocated) until this drops them.
+		 */
+		if (++ticks % SWEEP_TICKS == 0) {
+			pthread_mutex_unlock(&fs->lock);
+			placefs_backend_sweep(placefs_stager_backend(fs->st));
+			pthread_mutex_lock(&fs->lock);
+			continue;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += (long)WATCH_NS;
@@ -301,6 +315,8 @@ static void run_stage(struct sreq *r)
 		/* The daemon writes only into shared memory that belongs to the caller. */
 		dest.check_uid = 1;
 		dest.uid = r->uid;
+		/* Its cached import goes once this process has exited. */
+		dest.pid = r->pid;
 		rc = placefs_stager_stage_copy(fs->st, fd, t->offset, t->nbytes, &o, &dest, &span,
 		                               &err);
 	} else {
@@ -471,6 +487,7 @@ static void do_stage(fuse_req_t req, struct fs_stage *fs, size_t entry, uint64_t
 	local.fh = fh;
 	local.entry = entry;
 	local.uid = fuse_req_ctx(req)->uid;
+	local.pid = fuse_req_ctx(req)->pid;
 	local.io = *in;
 
 	/* Inline while enough workers stay free for RELEASE and INTERRUPT requests. */
@@ -675,7 +692,8 @@ static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
 	        "%llu}, \"borrow\": {\"tensors\": %llu, \"bytes\": %llu}}, \"waits\": %llu, "
 	        "\"wait_ns\": %llu, \"errors\": %llu, \"refused\": %llu, \"leases\": %llu, "
 	        "\"released\": %llu, \"read_bytes\": %llu, \"prefetch\": {\"issued\": %llu, "
-	        "\"hits\": %llu, \"evicted\": %llu, \"held\": %llu}, \"stage_threads\": %llu}",
+	        "\"hits\": %llu, \"evicted\": %llu, \"held\": %llu}, \"stage_threads\": %llu, "
+	        "\"dests\": %u}",
 	        placefs_backend_kind_name(fs->info.kind), (unsigned long long)s.ring_capacity,
 	        (unsigned long long)s.ring_used, (unsigned long long)s.ring_high_water,
 	        (unsigned long long)s.host_buffer_bytes, (unsigned long long)s.chunk_bytes,
@@ -691,7 +709,8 @@ static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
 	        (unsigned long long)s.read_bytes, (unsigned long long)s.prefetch_issued,
 	        (unsigned long long)s.prefetch_hits, (unsigned long long)s.prefetch_evicted,
 	        (unsigned long long)s.prefetch_held,
-	        (unsigned long long)atomic_load_explicit(&fs->threads, memory_order_relaxed));
+	        (unsigned long long)atomic_load_explicit(&fs->threads, memory_order_relaxed),
+	        placefs_backend_dest_count(placefs_stager_backend(fs->st)));
 }
 
 /* ---- create / free --------------------------------------------------------------------- */

@@ -5,9 +5,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 
 #include "strbuf.h"
 #include "vtree.h"
+
+/* Who may read a shard, as its tensor files show it. */
+struct shard_access {
+	uid_t uid;
+	gid_t gid;
+	mode_t mode; /* read bits only (0444 at most) */
+};
 
 struct placefs_vtree {
 	const struct placefs_ckpt *ck;
@@ -15,6 +23,7 @@ struct placefs_vtree {
 	size_t n; /* plan entries */
 	uid_t uid;
 	gid_t gid;
+	struct shard_access *access; /* per shard */
 	struct timespec now;
 	size_t *list[2]; /* plan entry indexes per placement, checkpoint order */
 	size_t nlist[2];
@@ -85,13 +94,60 @@ static int format_metadata(const struct placefs_ckpt *ck, struct placefs_strbuf 
 	return placefs_strbuf_adds(sb, "}\n");
 }
 
+/* The POSIX ACL xattr format (linux/posix_acl_xattr.h), little-endian. */
+#define ACL_XATTR_VERSION 2
+#define ACL_TAG_GROUP_OBJ 0x04
+#define ACL_TAG_MASK      0x10
+#define ACL_PERM_READ     0x04
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/*
+ * The read bits a shard's tensor files get: its own r bits for user, group
+ * and other. With an extended POSIX ACL the group bits of st_mode are the
+ * ACL mask, which may grant more than the owning group's entry does; then
+ * the group may read only if both allow it. Named users and groups of the
+ * ACL cannot be shown and are left out: the mount only ever grants less
+ * than the source does.
+ */
+static mode_t shard_read_bits(int fd, const struct stat *st)
+{
+	unsigned char buf[1024];
+	ssize_t len = fgetxattr(fd, "system.posix_acl_access", buf, sizeof(buf));
+	mode_t bits = st->st_mode & 0444;
+	int group_r = -1, mask_r = -1;
+	size_t off;
+
+	if (len < 0) {
+		/* ENODATA or ENOTSUP: no ACL. ERANGE: too large to read, so trust no group. */
+		return errno == ERANGE ? (mode_t)(bits & ~0040) : bits;
+	}
+	if ((size_t)len < 4 || le32(buf) != ACL_XATTR_VERSION || ((size_t)len - 4) % 8 != 0)
+		return bits & ~0040;
+	for (off = 4; off + 8 <= (size_t)len; off += 8) {
+		unsigned tag = (unsigned)buf[off] | (unsigned)buf[off + 1] << 8;
+		int r = (buf[off + 2] & ACL_PERM_READ) != 0;
+
+		if (tag == ACL_TAG_GROUP_OBJ)
+			group_r = r;
+		else if (tag == ACL_TAG_MASK)
+			mask_r = r;
+	}
+	if (mask_r >= 0 && !(group_r == 1 && mask_r == 1))
+		bits &= ~0040;
+	return bits;
+}
+
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
                          const char *source, uid_t uid, gid_t gid, struct timespec now,
                          struct placefs_vtree **out, struct placefs_error *err)
 {
 	struct placefs_vtree *vt;
 	struct placefs_strbuf sb;
-	size_t i;
+	size_t i, ns;
 	int rc, k;
 
 	*out = NULL;
@@ -110,6 +166,23 @@ int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_pla
 		rc = placefs_error_set(err, -EOVERFLOW, PLACEFS_E_USAGE, "too many tensors (%zu)",
 		                       vt->n);
 		goto fail;
+	}
+	ns = placefs_ckpt_shard_count(ck);
+	vt->access = calloc(ns ? ns : 1, sizeof(*vt->access));
+	if (!vt->access)
+		goto nomem;
+	for (i = 0; i < ns; i++) {
+		const struct placefs_shard *sh = placefs_ckpt_shard(ck, i);
+		struct stat st;
+
+		if (fstat(sh->fd, &st) != 0) {
+			rc = placefs_error_set(err, -errno, PLACEFS_E_IO, "%s: cannot stat: %s",
+			                       sh->path, strerror(errno));
+			goto fail;
+		}
+		vt->access[i].uid = st.st_uid;
+		vt->access[i].gid = st.st_gid;
+		vt->access[i].mode = shard_read_bits(sh->fd, &st);
 	}
 	for (k = 0; k < 2; k++) {
 		vt->list[k] = malloc((vt->n ? vt->n : 1) * sizeof(size_t));
@@ -159,6 +232,7 @@ void placefs_vtree_free(struct placefs_vtree *vt)
 		free(vt->list[k]);
 	for (k = 0; k < 3; k++)
 		free(vt->text[k]);
+	free(vt->access);
 	free(vt);
 }
 
@@ -275,7 +349,10 @@ int placefs_vtree_stat(const struct placefs_vtree *vt, uint64_t ino, struct stat
 	case PLACEFS_V_TENSOR:
 		e = placefs_plan_entry(vt->plan, node.entry);
 		s = placefs_ckpt_shard(vt->ck, e->tensor->shard);
-		st->st_mode = S_IFREG | 0444;
+		/* The shard's owner and read bits: default_permissions enforces its rules. */
+		st->st_mode = S_IFREG | vt->access[e->tensor->shard].mode;
+		st->st_uid = vt->access[e->tensor->shard].uid;
+		st->st_gid = vt->access[e->tensor->shard].gid;
 		set_size(st, e->tensor->nbytes);
 		st->st_atim = s->mtime;
 		st->st_mtim = s->mtime;

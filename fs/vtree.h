@@ -70,8 +70,12 @@ struct placefs_vtree;
 /*
  * Builds the tree for `plan` over `ck`. `source` is SOURCE as given on the
  * command line (it appears in plan and plan.json). Directories, control
- * files and links get owner uid/gid and times `now`; tensors get uid/gid and
- * their shard's mtime. Returns 0 or a negative errno with a message.
+ * files and links get owner uid/gid and times `now`; tensors get their
+ * shard's owner, group, mtime and read bits (mode 0444 at most: r for user,
+ * group and other as the shard has them; with a POSIX ACL on the shard the
+ * group may read only if both its entry and the mask allow it), so that the
+ * kernel (default_permissions) grants access to a tensor's bytes exactly as
+ * the source grants it, or less. Returns 0 or a negative errno with a message.
  */
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
                          const char *source, uid_t uid, gid_t gid, struct timespec now,

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -25,6 +27,9 @@ struct placefs__dest_entry {
 	uint64_t map_size; /* shm: bytes mapped */
 	dev_t dev;         /* shm: identity of the mapped object */
 	ino_t ino;
+	int fd;         /* shm: the object, kept open to see it unlinked; else -1 */
+	pid_t tid;      /* placefs_dest.pid of its last use */
+	pid_t pid;      /* the process of that thread; 0 unknown */
 	unsigned refs;  /* copies using it right now */
 	bool detached;  /* no longer in the cache; dropped at the last unref */
 	uint64_t stamp; /* last use, for eviction */
@@ -199,10 +204,13 @@ int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_
 
 static void dest_drop(struct placefs_backend *be, struct placefs__dest_entry *e)
 {
-	if (e->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
+	if (e->kind == PLACEFS_IOC_HANDLE_HOST_SHM) {
 		munmap(e->ptr, e->map_size);
-	else if (be->ops->ipc_close)
+		if (e->fd >= 0)
+			close(e->fd);
+	} else if (be->ops->ipc_close) {
 		be->ops->ipc_close(be, e->ptr);
+	}
 	free(e);
 }
 
@@ -352,9 +360,106 @@ static void dest_detach(struct placefs_backend *be, struct placefs__dest_entry *
 	e->next = NULL;
 }
 
-/* Drops the oldest idle entries until there is room for one more; lock held. */
+/*
+ * The process thread `tid` belongs to (the FUSE request context names the
+ * calling thread), from /proc; the thread id itself when /proc cannot say.
+ */
+static pid_t tgid_of(pid_t tid)
+{
+	char path[64], line[128];
+	pid_t pid = tid;
+	FILE *f;
+
+	if (tid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%ld/status", (long)tid);
+	f = fopen(path, "re");
+	if (!f)
+		return tid;
+	while (fgets(line, sizeof(line), f)) {
+		long v;
+
+		if (sscanf(line, "Tgid: %ld", &v) == 1) {
+			if (v > 0 && v <= INT_MAX)
+				pid = (pid_t)v;
+			break;
+		}
+	}
+	fclose(f);
+	return pid;
+}
+
+/* Records the user of entry e; lock held. */
+static void dest_note_user(struct placefs__dest_entry *e, pid_t tid)
+{
+	if (tid <= 0 || tid == e->tid)
+		return;
+	e->tid = tid;
+	e->pid = tgid_of(tid);
+}
+
+/* True when nobody can copy into entry e any more (see placefs_backend_sweep()). */
+static bool dest_dead(const struct placefs__dest_entry *e)
+{
+	struct stat st;
+
+	if (e->fd >= 0 && fstat(e->fd, &st) == 0 && st.st_nlink == 0)
+		return true;
+	return e->pid > 0 && kill(e->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Drops the idle dead entries; lock held. */
+static unsigned dest_sweep(struct placefs_backend *be)
+{
+	struct placefs__dest_entry *e, *next;
+	unsigned n = 0;
+
+	for (e = be->dests; e; e = next) {
+		next = e->next;
+		if (e->refs == 0 && dest_dead(e)) {
+			dest_detach(be, e);
+			dest_drop(be, e);
+			n++;
+		}
+	}
+	return n;
+}
+
+unsigned placefs_backend_sweep(const struct placefs_backend *cbe)
+{
+	/* The cache is behind dest_lock; see the header for why `be` is const. */
+	struct placefs_backend *be = (struct placefs_backend *)cbe;
+	unsigned n;
+
+	if (!be)
+		return 0;
+	pthread_mutex_lock(&be->dest_lock);
+	n = dest_sweep(be);
+	pthread_mutex_unlock(&be->dest_lock);
+	return n;
+}
+
+unsigned placefs_backend_dest_count(const struct placefs_backend *cbe)
+{
+	struct placefs_backend *be = (struct placefs_backend *)cbe;
+	unsigned n;
+
+	if (!be)
+		return 0;
+	pthread_mutex_lock(&be->dest_lock);
+	n = be->ndests;
+	pthread_mutex_unlock(&be->dest_lock);
+	return n;
+}
+
+/*
+ * Before a new import (a lookup that missed): drops the dead entries, then
+ * the oldest idle ones until there is room for one more; lock held. The
+ * sweep costs little next to the import itself.
+ */
 static void dest_evict(struct placefs_backend *be)
 {
+	dest_sweep(be);
 	while (be->ndests >= DEST_CACHE_MAX) {
 		struct placefs__dest_entry *e, *old = NULL;
 
@@ -389,6 +494,7 @@ static struct placefs__dest_entry *dest_new(struct placefs_backend *be, uint32_t
 	e->kind = kind;
 	e->key_len = len;
 	memcpy(e->key, key, len);
+	e->fd = -1;
 	return e;
 }
 
@@ -433,6 +539,7 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 	if (e && e->dev == st.st_dev && e->ino == st.st_ino &&
 	    e->map_size == (uint64_t)st.st_size) {
 		close(fd);
+		dest_note_user(e, d->pid);
 		*out = e;
 		return 0;
 	}
@@ -450,16 +557,19 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 		                       (long long)st.st_size, strerror(errno));
 		goto out_close;
 	}
-	close(fd);
 	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
 	if (!e) {
 		munmap(p, (size_t)st.st_size);
-		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+		goto out_close;
 	}
 	e->ptr = p;
 	e->map_size = (uint64_t)st.st_size;
 	e->dev = st.st_dev;
 	e->ino = st.st_ino;
+	/* Kept open: its st_nlink tells when the owner unlinked it (dest_dead()). */
+	e->fd = fd;
+	dest_note_user(e, d->pid);
 	e->next = be->dests;
 	be->dests = e;
 	be->ndests++;
@@ -480,6 +590,7 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 
 	e = dest_find(be, d->kind, d->handle, d->handle_bytes);
 	if (e) {
+		dest_note_user(e, d->pid);
 		*out = e;
 		return 0;
 	}
@@ -493,6 +604,7 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	}
 	e->ptr = p;
+	dest_note_user(e, d->pid);
 	e->next = be->dests;
 	be->dests = e;
 	be->ndests++;

@@ -9,6 +9,8 @@
  *   host    the ring is a POSIX shared-memory object ("/placefs-<pid>-<n>")
  *           mapped MAP_SHARED; bounce buffers are aligned heap memory; copies
  *           are memcpy. Same protocol end to end, for machines without a GPU.
+ *           The daemon holds a shared flock() on the object while it lives,
+ *           so that placefs_shm_remove_stale() never takes a live one.
  *   none    staging disabled: placefs_backend_create() gives NULL.
  *
  * placefs_backend_create() makes all the memory the backend will ever use
@@ -80,6 +82,12 @@ struct placefs_dest {
 	uint64_t size;
 	int check_uid; /* shm: refuse (-EACCES) objects not owned by uid */
 	uid_t uid;
+	/*
+	 * The process (or any thread of it: the FUSE caller's thread id) that
+	 * copies into it, 0 if unknown. Its cached import is dropped once no
+	 * process that used it last is alive (placefs_backend_sweep()).
+	 */
+	pid_t pid;
 };
 
 /* "cuda", "host", "none". */
@@ -132,7 +140,9 @@ int placefs_backend_chunk_wait(struct placefs_backend *be, unsigned i, struct pl
  * Copies ring bytes [ring_off, ring_off + n) to `dest` and returns when they
  * are there. The destination is imported on first use and cached (CUDA IPC:
  * opened once per handle; shm: mapped once per object, re-mapped when the
- * name now refers to another object), and released at placefs_backend_free.
+ * name now refers to another object), until placefs_backend_sweep() finds
+ * it dead, it is the oldest idle one of DEST_CACHE_MAX (64), or
+ * placefs_backend_free().
  * Errors: -EINVAL (range, handle syntax, offset + n > size, size larger than
  * the shm object), -ENOENT (no such shm object), -EACCES (check_uid),
  * -EOPNOTSUPP (CUDA IPC destination on the host backend), -EIO (CUDA).
@@ -140,6 +150,40 @@ int placefs_backend_chunk_wait(struct placefs_backend *be, unsigned i, struct pl
  */
 int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,
                              const struct placefs_dest *dest, struct placefs_error *err);
+
+/*
+ * Drops the cached destinations that nobody can copy into any more: shm
+ * objects that were unlinked (st_nlink 0 on the descriptor kept for each,
+ * what a client's placefs_client_dest_free() does), and destinations whose
+ * last user process (placefs_dest.pid) has exited (kill(pid, 0) fails with
+ * ESRCH: a client killed before it could unlink, a CUDA allocation whose
+ * owner is gone). Entries a copy is using stay. Costs a system call or two
+ * per cached entry; the daemon calls it about once a second, so an exited
+ * client's destination stays mapped (its pages allocated) for about that
+ * long (placefs_backend_copy_out() also sweeps before each new import).
+ * Returns how many were dropped. `be` is const because callers reach
+ * the backend through placefs_stager_backend(); the cache it changes is
+ * behind the backend's own lock.
+ */
+unsigned placefs_backend_sweep(const struct placefs_backend *be);
+
+/* How many destinations are cached now (mapped shm objects, opened IPC handles). */
+unsigned placefs_backend_dest_count(const struct placefs_backend *be);
+
+/*
+ * Removes the shared-memory objects that placefs processes killed before
+ * they could clean up left in /dev/shm: host rings ("placefs-<pid>-<n>") and
+ * client destinations ("placefs-client-<pid>-<n>", see placefs/client.h)
+ * whose <pid> is not a live process here (kill(pid, 0) fails with ESRCH) and
+ * that no process holds a flock() on (every live daemon and client holds
+ * one on its objects, so the objects of a process in another PID namespace
+ * sharing /dev/shm stay). Objects the caller may not unlink are left alone.
+ * Calls report(name, bytes, arg) for each object removed, when report is not
+ * NULL. Returns the number removed, or a negative errno (with a message)
+ * when /dev/shm exists but cannot be listed; 0 when there is no /dev/shm.
+ */
+int placefs_shm_remove_stale(void (*report)(const char *name, uint64_t bytes, void *arg), void *arg,
+                             struct placefs_error *err);
 
 /* Copies ring bytes [ring_off, ring_off + n) into host memory dst (synchronous). */
 int placefs_backend_read_ring(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,

@@ -3,10 +3,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend_i.h"
@@ -21,6 +26,7 @@
 
 struct host_priv {
 	uint8_t *ring;
+	int fd; /* the ring's object, open for the flock that marks it in use */
 	char name[64];
 };
 
@@ -51,6 +57,13 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       strerror(errno));
 		goto fail_shm;
 	}
+	/* Held until the ring goes: placefs_shm_remove_stale() never takes a locked object. */
+	if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "host: cannot lock shared memory \"%s\": %s", hp->name,
+		                       strerror(errno));
+		goto fail_size;
+	}
 	if (ftruncate(fd, (off_t)ring_bytes) != 0) {
 		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
 		                       "host: cannot size shared memory \"%s\" to %llu bytes: %s",
@@ -64,8 +77,7 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       (unsigned long long)ring_bytes, hp->name, strerror(errno));
 		goto fail_size;
 	}
-	close(fd);
-	fd = -1;
+	hp->fd = fd;
 
 	be->host_buf = aligned_alloc(4096, be->info.host_buffer_bytes);
 	if (!be->host_buf) {
@@ -85,9 +97,8 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 fail_buf:
 	munmap(hp->ring, (size_t)ring_bytes);
 fail_size:
-	if (fd >= 0)
-		close(fd);
 	shm_unlink(hp->name);
+	close(fd);
 fail_shm:
 	free(hp);
 	return rc;
@@ -100,6 +111,7 @@ static void host_close(struct placefs_backend *be)
 	free(be->host_buf);
 	munmap(hp->ring, (size_t)be->info.ring_bytes);
 	shm_unlink(hp->name);
+	close(hp->fd);
 	free(hp);
 }
 
@@ -151,3 +163,86 @@ const struct placefs_backend_ops placefs__host_ops = {
         .ipc_close = NULL,
         .ring_to_device = NULL,
 };
+
+/* ---- stale objects ----------------------------------------------------------- */
+
+#define SHM_DIR "/dev/shm"
+
+/* Skips "<digits>" at *p; the value, or -1 when there are none or too many. */
+static long long scan_num(const char **p)
+{
+	long long v = 0;
+	int n = 0;
+
+	while (**p >= '0' && **p <= '9') {
+		if (++n > 10)
+			return -1;
+		v = v * 10 + (**p - '0');
+		(*p)++;
+	}
+	return n ? v : -1;
+}
+
+/*
+ * The pid in a name placefs gives shared memory: "placefs-<pid>-<n>" (a host
+ * ring) or "placefs-client-<pid>-<n>" (lib/client.c); 0 for any other name.
+ */
+static pid_t shm_name_pid(const char *name)
+{
+	const char *p;
+	long long pid;
+
+	if (strncmp(name, "placefs-", 8) != 0)
+		return 0;
+	p = name + 8;
+	if (strncmp(p, "client-", 7) == 0)
+		p += 7;
+	pid = scan_num(&p);
+	if (pid <= 0 || pid > INT_MAX || *p++ != '-' || scan_num(&p) < 0 || *p != '\0')
+		return 0;
+	return (pid_t)pid;
+}
+
+int placefs_shm_remove_stale(void (*report)(const char *name, uint64_t bytes, void *arg), void *arg,
+                             struct placefs_error *err)
+{
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	d = opendir(SHM_DIR);
+	if (!d) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 0;
+		return placefs_error_set(err, -errno, PLACEFS_E_IO, "cannot list %s: %s", SHM_DIR,
+		                         strerror(errno));
+	}
+	while ((de = readdir(d)) != NULL) {
+		pid_t pid = shm_name_pid(de->d_name);
+		struct stat st;
+		int fd;
+
+		if (pid == 0 || pid == getpid())
+			continue;
+		/* EPERM means alive (another user's process): only ESRCH is gone. */
+		if (kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/*
+		 * A live owner holds a flock: a process of another PID namespace
+		 * whose pid means nothing here. The lock is kept over the unlink,
+		 * so no owner can take the object meanwhile.
+		 */
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0 && unlinkat(dirfd(d), de->d_name, 0) == 0) {
+			n++;
+			if (report)
+				report(de->d_name, (uint64_t)st.st_size, arg);
+		}
+		close(fd);
+	}
+	closedir(d);
+	return n;
+}

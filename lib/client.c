@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@ struct placefs_client_dest {
 	uint8_t handle[PLACEFS_IOC_HANDLE_MAX];
 	void *ptr;         /* shm: the mapping; CUDA: the device pointer */
 	uint64_t map_size; /* shm: bytes mapped (at least 1) */
+	int fd;            /* shm: the object, open for the flock that marks it in use; else -1 */
 	int device;        /* CUDA */
 };
 
@@ -255,6 +257,15 @@ static int dest_shm(struct placefs_client_dest *d, struct placefs_client_error *
 	if (fd < 0)
 		return cfail(err, -errno, "cannot create shared memory %s: %s", name,
 		             strerror(errno));
+	/*
+	 * Held for the destination's life, and dropped by the kernel if this
+	 * process dies: a daemon's placefs_shm_remove_stale() removes only
+	 * objects of dead processes that nobody holds a lock on.
+	 */
+	if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+		rc = cfail(err, -errno, "cannot lock shared memory %s: %s", name, strerror(errno));
+		goto fail;
+	}
 	if (ftruncate(fd, (off_t)d->map_size) != 0) {
 		rc = cfail(err, -errno, "cannot size shared memory %s to %llu bytes: %s", name,
 		           (unsigned long long)d->map_size, strerror(errno));
@@ -266,7 +277,7 @@ static int dest_shm(struct placefs_client_dest *d, struct placefs_client_error *
 		rc = cfail(err, -errno, "cannot map shared memory %s: %s", name, strerror(errno));
 		goto fail;
 	}
-	close(fd);
+	d->fd = fd;
 	d->kind = PLACEFS_IOC_HANDLE_HOST_SHM;
 	d->handle_bytes = (uint32_t)strlen(name) + 1;
 	memcpy(d->handle, name, d->handle_bytes);
@@ -293,6 +304,7 @@ int placefs_client_dest_create(const struct placefs_ioc_ring_info *ri, uint64_t 
 	if (!d)
 		return cfail(err, -ENOMEM, "out of memory");
 	d->size = size;
+	d->fd = -1;
 	d->device = ri->device;
 	if (ri->backend == PLACEFS_IOC_BACKEND_HOST) {
 		rc = dest_shm(d, err);
@@ -321,6 +333,7 @@ void placefs_client_dest_free(struct placefs_client_dest *d)
 	if (d->kind == PLACEFS_IOC_HANDLE_HOST_SHM) {
 		munmap(d->ptr, (size_t)d->map_size);
 		shm_unlink((const char *)d->handle);
+		close(d->fd);
 	} else if (d->kind == PLACEFS_IOC_HANDLE_CUDA_IPC) {
 		placefs_cuda_free(d->device, d->ptr);
 	}

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "jsonstrict_i.h"
+#include "safetensors.h"
 
 /*
  * cJSON keeps no token text and is lenient where the reference reader
@@ -691,4 +692,9 @@ int placefs_json_u64(const struct placefs_json *js, const cJSON *node, uint64_t 
 	if (out)
 		*out = t->value;
 	return 0;
+}
+
+const char *placefs_json_version(void)
+{
+	return cJSON_Version();
 }

@@ -82,4 +82,11 @@ size_t placefs_st_header_meta_count(const struct placefs_st_header *h);
 /* In file order. */
 const struct placefs_st_meta *placefs_st_header_meta(const struct placefs_st_header *h, size_t i);
 
+/*
+ * The version of the JSON library the header and index parsers run on
+ * (cJSON_Version(), e.g. "1.7.15"), for `placefs --version`. Defined in
+ * lib/jsonstrict.c, so that no program has to include cJSON itself.
+ */
+const char *placefs_json_version(void);
+
 #endif

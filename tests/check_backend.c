@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -375,6 +376,157 @@ START_TEST(test_host_dest_cache_many)
 }
 END_TEST
 
+/* A pid that was just in use and is not any more: a child that exited and was reaped. */
+static pid_t dead_pid(void)
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(0);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return pid;
+}
+
+START_TEST(test_host_dest_sweep)
+{
+	/* Cached destinations go once unlinked or once their process is gone; not before. */
+	struct placefs_backend *be = mk("host", 1 << 16, 64 << 10);
+	struct placefs_dest d;
+	char live[64], gone[64], dead[64];
+	uint8_t *pl, *pg, *pd;
+
+	push(be, 0, 0, 256, 3);
+	snprintf(live, sizeof(live), "/placefs-test-%ld-sl", (long)getpid());
+	snprintf(gone, sizeof(gone), "/placefs-test-%ld-sg", (long)getpid());
+	snprintf(dead, sizeof(dead), "/placefs-test-%ld-sd", (long)getpid());
+	pl = shm_make(live, 4096);
+	pg = shm_make(gone, 4096);
+	pd = shm_make(dead, 4096);
+	ck_assert_int_eq(placefs_dest_shm(&d, live, 0, 4096, NULL), 0);
+	d.pid = getpid();
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
+	ck_assert_int_eq(placefs_dest_shm(&d, gone, 0, 4096, NULL), 0);
+	d.pid = getpid();
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
+	ck_assert_int_eq(placefs_dest_shm(&d, dead, 0, 4096, NULL), 0);
+	d.pid = dead_pid();
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
+	expect_pat(pd, 256, 3);
+	ck_assert_uint_eq(placefs_backend_dest_count(be), 3);
+
+	/* The process of `dead` has exited: its import goes; the others stay. */
+	ck_assert_uint_eq(placefs_backend_sweep(be), 1);
+	ck_assert_uint_eq(placefs_backend_dest_count(be), 2);
+	/* `gone` unlinked by its owner (alive): its import goes too. */
+	ck_assert_int_eq(shm_unlink(gone), 0);
+	ck_assert_uint_eq(placefs_backend_sweep(be), 1);
+	ck_assert_uint_eq(placefs_backend_dest_count(be), 1);
+	ck_assert_uint_eq(placefs_backend_sweep(be), 0);
+	/* The survivor still works, from its cached import. */
+	push(be, 0, 0, 256, 4);
+	ck_assert_int_eq(placefs_dest_shm(&d, live, 0, 4096, NULL), 0);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
+	expect_pat(pl, 256, 4);
+	ck_assert_uint_eq(placefs_backend_dest_count(be), 1);
+	ck_assert_uint_eq(placefs_backend_sweep(NULL), 0);
+
+	munmap(pl, 4096);
+	munmap(pg, 4096);
+	munmap(pd, 4096);
+	shm_unlink(live);
+	shm_unlink(dead);
+	placefs_backend_free(be);
+}
+END_TEST
+
+/* What placefs_shm_remove_stale() reported about the two names a test expects. */
+struct removed {
+	const char *want[2];
+	int seen[2];
+};
+
+static void count_removed(const char *name, uint64_t bytes, void *arg)
+{
+	struct removed *r = arg;
+	int i;
+
+	for (i = 0; i < 2; i++)
+		if (strcmp(name, r->want[i]) == 0 && bytes == 4096)
+			r->seen[i]++;
+}
+
+/* Makes /dev/shm/<name> afresh, 4096 bytes. */
+static void shm_plant(const char *name)
+{
+	char shm[80];
+
+	snprintf(shm, sizeof(shm), "/%s", name);
+	munmap(shm_make(shm, 4096), 4096);
+}
+
+START_TEST(test_shm_remove_stale)
+{
+	/* Leftovers of dead processes go; live, locked and foreign names stay. */
+	pid_t dp = dead_pid();
+	char rmd[64], cli[64], self[64], locked[64], other[64], path[80], tmp[80];
+	struct removed rem = {{NULL, NULL}, {0, 0}};
+	struct placefs_error err;
+	int fd, n, tries;
+
+	snprintf(rmd, sizeof(rmd), "placefs-%ld-0", (long)dp);
+	snprintf(cli, sizeof(cli), "placefs-client-%ld-12", (long)dp);
+	snprintf(self, sizeof(self), "placefs-%ld-99", (long)getpid());
+	snprintf(locked, sizeof(locked), "placefs-%ld-1", (long)dp);
+	snprintf(other, sizeof(other), "placefs-test-%ld-0", (long)dp);
+	shm_plant(self);
+	shm_plant(other);
+	/* Locked before it has its name: a daemon starting meanwhile must not take it. */
+	snprintf(tmp, sizeof(tmp), "/dev/shm/%s.tmp", locked);
+	snprintf(path, sizeof(path), "/dev/shm/%s", locked);
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 4096), 0);
+	ck_assert_int_eq(flock(fd, LOCK_SH), 0);
+	ck_assert_int_eq(rename(tmp, path), 0);
+
+	/*
+	 * A placefs daemon of another test starting meanwhile may remove a
+	 * dead pid's object first: plant again what is gone unreported, until
+	 * this call has reported each (a few tries at most).
+	 */
+	rem.want[0] = rmd;
+	rem.want[1] = cli;
+	for (tries = 0; tries < 20 && !(rem.seen[0] && rem.seen[1]); tries++) {
+		if (!rem.seen[0])
+			shm_plant(rmd);
+		if (!rem.seen[1])
+			shm_plant(cli);
+		placefs_error_clear(&err);
+		n = placefs_shm_remove_stale(count_removed, &rem, &err);
+		ck_assert_msg(n >= 0, "%s", err.msg);
+	}
+	ck_assert_int_eq(rem.seen[0], 1);
+	ck_assert_int_eq(rem.seen[1], 1);
+	snprintf(path, sizeof(path), "/dev/shm/%s", rmd);
+	ck_assert_int_ne(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "/dev/shm/%s", cli);
+	ck_assert_int_ne(access(path, F_OK), 0);
+	{
+		const char *kept[] = {self, locked, other};
+		size_t i;
+
+		for (i = 0; i < 3; i++) {
+			snprintf(path, sizeof(path), "/dev/shm/%s", kept[i]);
+			ck_assert_msg(access(path, F_OK) == 0, "%s was removed", kept[i]);
+			unlink(path);
+		}
+	}
+	close(fd);
+}
+END_TEST
+
 #ifdef HAVE_CUDA
 /* Runs the CUDA IPC destination test with a separate process as the client. */
 static const char *self_exe;
@@ -547,6 +699,8 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, test_host_ring_export);
 	tcase_add_test(tc, test_host_dest_shm);
 	tcase_add_test(tc, test_host_dest_cache_many);
+	tcase_add_test(tc, test_host_dest_sweep);
+	tcase_add_test(tc, test_shm_remove_stale);
 	suite_add_tcase(s, tc);
 	/* Its own case, so CK_RUN_CASE=core runs the host backend alone (valgrind). */
 	tc = tcase_create("cuda");

@@ -103,6 +103,48 @@ assert s["open_files"] == 0, s
 assert s["read_errors"] == 0 and s["stale_shards"] == [], s
 EOF
 
+# An O_DIRECT open keeps the tensor's page cache (FOPEN_KEEP_CACHE with direct_io):
+# a cached re-read costs no daemon READ, before and after an O_DIRECT open, read
+# and close of the same file ("reads" counts the READ requests that reach the daemon).
+tmo 20 "$PYTHON" - "$MP" <<'EOF' || fail "an O_DIRECT open dropped the page cache"
+import json, mmap, os, sys, time
+mnt = sys.argv[1]
+f = os.path.join(mnt, "model.embed.weight")
+def reads_now():
+    with open(os.path.join(mnt, ".placefs", "stats")) as s:
+        return json.load(s)["reads"]
+def reads():
+    # The daemon counts a READ just after replying to it: wait until the
+    # counter has stood still for 0.2 s.
+    last, since = reads_now(), time.monotonic()
+    while time.monotonic() - since < 0.2:
+        time.sleep(0.05)
+        v = reads_now()
+        if v != last:
+            last, since = v, time.monotonic()
+    return last
+def cached_read():
+    with open(f, "rb") as x:
+        return x.read()
+want = cached_read()
+r0 = reads()
+assert cached_read() == want
+r1 = reads()
+fd = os.open(f, os.O_RDONLY | os.O_DIRECT)
+buf = mmap.mmap(-1, 1 << 16)
+n = os.preadv(fd, [buf], 0)
+os.close(fd)
+assert buf[:n] == want, "O_DIRECT read differs"
+r2 = reads()
+assert cached_read() == want
+r3 = reads()
+print("daemon reads: cached re-read %d, O_DIRECT read %d, cached re-read after it %d" % (
+    r1 - r0, r2 - r1, r3 - r2))
+if r1 != r0 or r2 == r1 or r3 != r2:
+    print("FAIL: expected 0, >0, 0")
+    sys.exit(1)
+EOF
+
 # ---- the syscall checker, and proof that it can fail ---------------------------
 tmo 30 "$SYSCALLS" "$MP" ckpt.safetensors || fail "test_syscalls failed"
 if tmo 30 "$SYSCALLS" "$MP" other.safetensors >checker-neg.txt 2>&1; then

@@ -61,6 +61,8 @@ umount_fs "$MP"
 
 # ---- thousands of tensors ----------------------------------------------------------------
 tmo 30 "$MKCKPT" -q --seed 5 --random 3000 --max-bytes 600 many.safetensors || fail "mkckpt many"
+# Tensor files show their shard's read bits: 0644 gives -r--r--r--, whatever the umask.
+chmod 0644 many.safetensors
 mount_fs many.safetensors "$MP" -o buffer_size=300
 n=$(tmo 20 ls -l "$MP" | grep -c '^-r--r--r--')
 [ "$n" -eq 3000 ] || fail "ls -l shows $n tensor files, expected 3000"

@@ -52,6 +52,17 @@ echo '{"weight_map": {"a": "missing.safetensors"}}' >badindex/model.safetensors.
 refuse 3 'missing\.safetensors' badindex "$MP"
 refuse 5 'zzz' -o prefix=zzz good.safetensors "$MP"
 refuse 3 'index' -o index=x.json good.safetensors "$MP"
+# No name in a checkpoint reaches outside its directory: an index naming a shard
+# "../x.safetensors" (which exists) or by an absolute path is refused before
+# anything is mounted.
+mkdir escape && cp good.safetensors escape/a.safetensors && cp good.safetensors x.safetensors
+echo '{"weight_map": {"a": "../x.safetensors"}}' >escape/model.safetensors.index.json
+refuse 3 'escape/model\.safetensors\.index\.json.*"\.\./x\.safetensors".*"\.\."' escape "$MP"
+printf '{"weight_map": {"a": "%s"}}\n' "$TMP/x.safetensors" >escape/model.safetensors.index.json
+refuse 3 'escape/model\.safetensors\.index\.json.*is absolute' escape "$MP"
+printf '{"weight_map": {"a": "a.safetensors", "b": "sub/../../x.safetensors"}}\n' \
+	>escape/model.safetensors.index.json
+refuse 3 '"\.\." component' escape "$MP"
 
 # ---- invalid limits (exit 4) ------------------------------------------------------------
 for v in 0 abc -1 1.5M 0x10 12Q 99999999999999999999 20000000T; do
@@ -74,10 +85,24 @@ refuse 2 'unexpected argument' good.safetensors "$MP" extra
 refuse 2 'not a directory' good.safetensors good.safetensors
 refuse 2 'mountpoint' good.safetensors "$TMP/no/such/dir"
 refuse 10 'unknown option' -o no_such_option good.safetensors "$MP"
+# The kernel's permission checks cannot be turned off.
+refuse 2 'default_permissions.*cannot be turned off' -o nodefault_permissions good.safetensors "$MP"
+refuse 2 'default_permissions.*cannot be turned off' -o ro,no_default_permissions \
+	good.safetensors "$MP"
 tmo 10 "$PLACEFS" -h >help.txt 2>&1 || fail "placefs -h failed"
 grep -q 'buffer_size=SIZE' help.txt || fail "placefs -h lacks the placefs options"
-tmo 10 "$PLACEFS" -V >version.txt 2>&1 || fail "placefs -V failed"
-grep -q '^placefs ' version.txt || fail "placefs -V prints no version"
+# -V and --version: placefs's version, libfuse's (loaded, and built against) and cJSON's.
+for v in -V --version; do
+	tmo 10 "$PLACEFS" $v >version.txt 2>&1 || fail "placefs $v failed"
+	grep -qx "placefs $(sed -n 's/^AC_INIT(\[placefs\], \[\([^]]*\)\].*/\1/p' "$top_srcdir/configure.ac")" version.txt ||
+		fail "placefs $v: no 'placefs VERSION' line: $(cat version.txt)"
+	fuse_pc=$(pkg-config --modversion fuse3 2>/dev/null || echo '[0-9.]*')
+	grep -Eqx "libfuse [0-9]+\.[0-9]+(\.[0-9]+)? \(built with $fuse_pc\)" version.txt ||
+		fail "placefs $v: no libfuse line: $(cat version.txt)"
+	cjson_pc=$(pkg-config --modversion libcjson 2>/dev/null || echo '[0-9.]*')
+	grep -Eqx "cJSON $cjson_pc" version.txt || fail "placefs $v: no cJSON line: $(cat version.txt)"
+done
+note "placefs -V: $(head -n 3 version.txt | tr '\n' ';')"
 
 # ---- write-class calls on a live mount ------------------------------------------------------
 mount_fs good.safetensors "$MP"
@@ -124,6 +149,113 @@ for cmd in "touch $MP/new" "rm -f $MP/a" "mv $MP/a $MP/z" "mkdir $MP/d" "chmod 6
 	fi
 done
 umount_fs "$MP"
+
+# ---- who may read a tensor: its shard's owner and read bits ------------------------------
+# Four shards: 0644, 0600, 0640 with another group, and 0640 with a POSIX ACL
+# whose owning-group entry grants nothing (its group bits are the ACL mask).
+# Each tensor file shows its shard's owner, group and read bits (the group
+# bit only where the ACL's group entry and mask both allow it), and the kernel
+# (default_permissions) enforces them: with allow_other, user nobody reads
+# the 0644 shard's tensors, not the others, not even their xattrs; the
+# control files stay 0444. Without allow_other nobody cannot reach the mount.
+tmo 20 "$MKCKPT" -q --seed 12 --random 16 --max-bytes 4K --shards 4 --index perm ||
+	fail "mkckpt perm"
+P1=model-00001-of-00004.safetensors
+P2=model-00002-of-00004.safetensors
+P3=model-00003-of-00004.safetensors
+P4=model-00004-of-00004.safetensors
+chmod 0644 "perm/$P1"
+chmod 0600 "perm/$P2"
+chmod 0640 "perm/$P3"
+chmod 0640 "perm/$P4"
+acl=none
+if [ "$(id -u)" -eq 0 ]; then
+	chgrp 4242 "perm/$P3" || fail "chgrp"
+	acl=$("$PYTHON" - "perm/$P4" <<'EOF'
+import os, struct, sys
+# user::rw- user:65534:r-- group::--- mask::r-- other::---
+e = [(0x01, 6, 0xffffffff), (0x02, 4, 65534), (0x04, 0, 0xffffffff), (0x10, 4, 0xffffffff),
+     (0x20, 0, 0xffffffff)]
+try:
+    os.setxattr(sys.argv[1], "system.posix_acl_access",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *x) for x in e))
+    print("set")
+except OSError as ex:
+    print("unsupported (%s)" % ex.strerror)
+EOF
+)
+fi
+chmod 0755 "$TMP"
+mount_fs perm "$MP" -o buffer_size=2K
+tmo 20 "$PYTHON" - "$MP" perm "$acl" <<'EOF' || fail "tensor files do not show their shard's owner and read bits"
+import os, stat, sys
+mnt, src, acl = sys.argv[1], sys.argv[2], sys.argv[3]
+bad, seen = [], {}
+for f in os.listdir(mnt):
+    if f == ".placefs":
+        continue
+    p = os.path.join(mnt, f)
+    shard = os.getxattr(p, "user.placefs.source").decode()
+    st, ss = os.stat(p), os.stat(os.path.join(src, shard))
+    want = ss.st_mode & 0o444
+    if shard.endswith("00004-of-00004.safetensors") and acl == "set":
+        want = 0o400  # the ACL's group entry grants nothing
+    got = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    if got != (want, ss.st_uid, ss.st_gid):
+        bad.append("%s (%s): mode %o uid %d gid %d, expected %o %d %d" % (
+            f, shard, got[0], got[1], got[2], want, ss.st_uid, ss.st_gid))
+    seen[shard] = "%o" % got[0]
+for c in ("plan", "plan.json", "stats", "metadata.json"):
+    m = stat.S_IMODE(os.stat(os.path.join(mnt, ".placefs", c)).st_mode)
+    if m != 0o444:
+        bad.append(".placefs/%s: mode %o, expected 444" % (c, m))
+for b in bad:
+    print("FAIL: " + b)
+print("tensor modes by shard: %s" % ", ".join("%s %s" % kv for kv in sorted(seen.items())))
+sys.exit(1 if bad else 0)
+EOF
+# pick SHARD: one tensor file of that shard
+pick() {
+	(cd "$MP" && for f in random.*; do
+		[ "$(getfattr --only-values -n user.placefs.source "$f" 2>/dev/null)" = "$1" ] &&
+			[ "$(stat -c %s "$f")" -gt 0 ] && echo "$f" && break
+	done)
+}
+f1=$(pick "$P1")
+f2=$(pick "$P2")
+f3=$(pick "$P3")
+f4=$(pick "$P4")
+[ -n "$f1" ] && [ -n "$f2" ] && [ -n "$f3" ] && [ -n "$f4" ] || fail "no tensor in some shard"
+NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups"
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
+	# Without allow_other only the mounting user gets in at all.
+	out=$(tmo 10 $NOBODY ls "$MP" 2>&1) && fail "nobody listed a mount made without allow_other"
+	echo "$out" | grep -q 'Permission denied' || fail "nobody listing the mount: $out"
+	umount_fs "$MP"
+	mount_fs perm "$MP" -o buffer_size=2K,allow_other
+	mount_line "$MP" | grep -q 'default_permissions' || fail "no default_permissions: $(mount_line "$MP")"
+	tmo 10 $NOBODY cat "$MP/$f1" >nobody.out || fail "nobody cannot read $f1 (its shard is 0644)"
+	cmp -s nobody.out "$MP/$f1" || fail "nobody read other bytes of $f1"
+	for f in "$f2" "$f3" "$f4"; do
+		out=$(tmo 10 $NOBODY cat "$MP/$f" 2>&1) && fail "nobody read $f, whose shard it may not read"
+		echo "$out" | grep -q 'Permission denied' || fail "nobody reading $f: $out"
+		out=$(tmo 10 $NOBODY getfattr -n user.placefs.name "$MP/$f" 2>&1) &&
+			fail "nobody read the xattrs of $f"
+	done
+	# The group of the 0640 shard reads it; with the ACL, the owning group does not.
+	tmo 10 setpriv --reuid=65534 --regid=4242 --clear-groups cat "$MP/$f3" >/dev/null ||
+		fail "group 4242 cannot read $f3 (its shard is 0640, group 4242)"
+	if [ "$acl" = set ]; then
+		out=$(setpriv --reuid=65534 --regid="$(stat -c %g "perm/$P4")" --clear-groups \
+			cat "$MP/$f4" 2>&1) && fail "the owning group read $f4 (its ACL group entry is ---)"
+	fi
+	tmo 10 $NOBODY cat "$MP/.placefs/plan" >/dev/null || fail "nobody cannot read .placefs/plan"
+	note "allow_other: nobody reads the 0644 shard's tensors, gets EACCES on the 0600, 0640 and ACL ones (ACL: $acl)"
+else
+	note "not root: the allow_other checks as user nobody are skipped"
+fi
+umount_fs "$MP"
+chmod 0700 "$TMP"
 
 # ---- a shard changing under a live mount ---------------------------------------------
 tmo 20 "$MKCKPT" -q --seed 10 --random 30 --max-bytes 40K --shards 3 --index live ||

@@ -17,10 +17,10 @@
 #    ring's bytes in use back to 0 and its high-water mark <= its capacity;
 #  - the daemon's descriptors are back to their count before the load; its
 #    anonymous memory (RssAnon) grew by at most the bounce buffers
-#    (host_buffer) + 32 MiB; its shared memory (RssShmem) is at most the ring
-#    plus the 64 copy destinations it keeps imported (1 MiB each here: the
-#    stagers size theirs to the largest file they stage); its file-backed
-#    memory (RssFile) at most the shards' mappings + 32 MiB.
+#    (host_buffer) + 32 MiB; no copy destination of the exited stagers is
+#    still imported (stats staging.dests 0) and its shared memory (RssShmem)
+#    is at most the ring + 1 MiB; its file-backed memory (RssFile) at most
+#    the shards' mappings + 32 MiB.
 : "${PLACEFS_SOAK_SECONDS:=20}"
 TEST_TIMEOUT=${TEST_TIMEOUT:-$((PLACEFS_SOAK_SECONDS + 60))}
 . "$(dirname "$0")/lib.sh"
@@ -108,12 +108,14 @@ verified=$(cat stage.*.out | sed -n 's/^verify: \([0-9]*\) of [0-9]* tensors byt
 [ "$runs" -gt 0 ] && [ "$staged" -eq $((runs * 40)) ] && [ "$verified" -eq "$staged" ] ||
 	fail "placefs-stage: $runs runs, $staged tensors staged, $verified verified (40 per run)"
 
-# Releases reach the daemon after close() returns: give them a moment.
+# Releases reach the daemon after close() returns, and it drops the copy
+# destinations of exited clients once a second: give them a moment.
 for i in $(seq 1 100); do
 	tmo 10 cat "$MP/.placefs/stats" >stats.after || fail "cannot read stats"
 	[ "$(stat_of stats.after open_files)" = "$(stat_of stats.before open_files)" ] &&
 		[ "$(stat_of stats.after staging.leases)" = 0 ] &&
 		[ "$(stat_of stats.after staging.ring_used)" = 0 ] &&
+		[ "$(stat_of stats.after staging.dests)" = 0 ] &&
 		[ "$(fd_count "$PID")" -eq "$fds0" ] && break
 	sleep 0.05
 done
@@ -146,6 +148,8 @@ checks = [
     ("staging.errors", d("staging", "errors"), "==", 0),
     ("staging.leases", a["staging"]["leases"], "==", 0),
     ("staging.ring_used", a["staging"]["ring_used"], "==", 0),
+    # The stagers have exited: none of their destinations stays mapped.
+    ("staging.dests", a["staging"]["dests"], "==", 0),
     ("staging.ring_high_water <= ring_bytes", a["staging"]["ring_high_water"], "<=",
      a["staging"]["ring_bytes"]),
     # Every staged tensor's span is given back: by the copy itself, or by the borrower's release.
@@ -170,8 +174,8 @@ else
 	[ "$anon1" -le $((anon0 + HOST_BUFFER / 1024 + RSS_SLACK_KB)) ] ||
 		fail "daemon RssAnon grew from $anon0 kB to $anon1 kB (bound: + host_buffer + 32 MiB)"
 fi
-[ "$shm1" -le $((1024 + 64 * 1024 + 1024)) ] ||
-	fail "daemon RssShmem is $shm1 kB (bound: ring 1 MiB + 64 imported 1 MiB destinations + 1 MiB)"
+[ "$shm1" -le $((1024 + 1024)) ] ||
+	fail "daemon RssShmem is $shm1 kB (bound: ring 1 MiB + 1 MiB; no exited client's destination stays mapped)"
 [ "$file1" -le $((file0 + ckpt_bytes / 1024 + RSS_SLACK_KB)) ] ||
 	fail "daemon RssFile grew from $file0 kB to $file1 kB (bound: + checkpoint + 32 MiB)"
 ring_name=$(stat_of stats.after staging.device | sed -n 's/^host (\(.*\))$/\1/p')

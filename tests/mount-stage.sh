@@ -115,6 +115,29 @@ st=0
 out=$(tmo 30 "$STAGE" --mode steal "$MP/small" 2>&1) || st=$?
 [ "$st" -eq 2 ] || fail "--mode steal: exit $st: $out"
 
+# Copy destinations of clients that exited do not stay mapped in the daemon: 20
+# placefs-stage copy runs (each maps a fresh 1 MiB shm destination, which the
+# daemon imports) leave no client mapping, no cached destination, and RssShmem
+# within the 8 MiB ring, within a few seconds (the daemon sweeps once a second).
+client_maps() {
+	grep -c '/dev/shm/placefs-client-' "/proc/$MOUNT_PID/maps"
+}
+for i in $(seq 1 20); do
+	tmo 30 "$STAGE" -q --mode copy "$MP/small" >/dev/null || fail "placefs-stage copy run $i"
+done
+ok=0
+for i in $(seq 1 60); do
+	if [ "$(client_maps)" -eq 0 ] && [ "$(stat_get staging.dests)" -eq 0 ]; then
+		ok=1
+		break
+	fi
+	sleep 0.1
+done
+shmem=$(awk '/^RssShmem:/ { print $2 }' "/proc/$MOUNT_PID/status")
+[ "$ok" -eq 1 ] || fail "after 20 copy runs exited, the daemon still maps $(client_maps) client destinations ($(stat_get staging.dests) cached; RssShmem $shmem kB)"
+[ "$shmem" -le $((8192 + 1024)) ] || fail "daemon RssShmem is $shmem kB after the copy runs exited (ring: 8192 kB)"
+note "20 copy clients exited: 0 destinations mapped, RssShmem $shmem kB (ring 8192 kB)"
+
 # Every malformed request, with the daemon serving after each.
 out=$(tmo 60 "$TSI" bad "$MP" "$MP/small" "$MP/large") || fail "bad ioctls: $out"
 note "$out"

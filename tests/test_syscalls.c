@@ -293,8 +293,12 @@ static void check_tensor(const struct tensor *t)
 	CHECK(stat(path, &st) == 0, "%s: stat: %s", t->fname, strerror(errno));
 	CHECK(fstat(sfd, &ss) == 0, "stat %s", t->shard);
 	CHECK(S_ISREG(st.st_mode), "%s: not a regular file", t->fname);
-	CHECK((st.st_mode & 07777) == 0444, "%s: mode %o, expected 0444", t->fname,
-	      st.st_mode & 07777);
+	/* The shard's read bits and owner (doc/SEMANTICS.md: permissions and ownership). */
+	CHECK((st.st_mode & 07777) == (ss.st_mode & 0444), "%s: mode %o, expected %o", t->fname,
+	      st.st_mode & 07777, ss.st_mode & 0444);
+	CHECK(st.st_uid == ss.st_uid && st.st_gid == ss.st_gid,
+	      "%s: owner %u:%u, expected the shard's %u:%u", t->fname, (unsigned)st.st_uid,
+	      (unsigned)st.st_gid, (unsigned)ss.st_uid, (unsigned)ss.st_gid);
 	CHECK(st.st_nlink == 1, "%s: nlink %ju", t->fname, (uintmax_t)st.st_nlink);
 	CHECK((uint64_t)st.st_size == t->nbytes, "%s: size %jd, expected %" PRIu64, t->fname,
 	      (intmax_t)st.st_size, t->nbytes);

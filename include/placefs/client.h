@@ -27,7 +27,12 @@
  * Memory follows the mount's backend (ring_info.backend):
  *   host  destinations are POSIX shared-memory objects this library creates
  *         ("/placefs-client-<pid>-<n>", mode 0600, unlinked by
- *         placefs_client_dest_free()); the ring is mapped read-only by name.
+ *         placefs_client_dest_free()); each keeps one descriptor open with a
+ *         shared flock() on it, so that a placefs daemon starting later
+ *         removes the object only if its process died without freeing it.
+ *         The daemon keeps a destination mapped while it is in use, and
+ *         drops it within about a second of its unlinking or its process's
+ *         exit. The ring is mapped read-only by name.
  *   cuda  destinations are cudaMalloc allocations on ring_info.device,
  *         exported with cudaIpcGetMemHandle(); the ring is mapped with
  *         cudaIpcOpenMemHandle(). Both need a library built with CUDA
