@@ -693,7 +693,9 @@ static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
 	        "\"wait_ns\": %llu, \"errors\": %llu, \"refused\": %llu, \"leases\": %llu, "
 	        "\"released\": %llu, \"read_bytes\": %llu, \"prefetch\": {\"issued\": %llu, "
 	        "\"hits\": %llu, \"evicted\": %llu, \"held\": %llu}, \"stage_threads\": %llu, "
-	        "\"dests\": %u}",
+	        "\"dests\": %u, \"zero_copy\": {\"on\": %llu, \"bytes\": %llu, "
+	        "\"registrations\": %llu, \"registration_ns\": %llu, \"registered_bytes\": %llu, "
+	        "\"refused\": %llu, \"stale\": %llu}}",
 	        placefs_backend_kind_name(fs->info.kind), (unsigned long long)s.ring_capacity,
 	        (unsigned long long)s.ring_used, (unsigned long long)s.ring_high_water,
 	        (unsigned long long)s.host_buffer_bytes, (unsigned long long)s.chunk_bytes,
@@ -710,7 +712,12 @@ static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
 	        (unsigned long long)s.prefetch_hits, (unsigned long long)s.prefetch_evicted,
 	        (unsigned long long)s.prefetch_held,
 	        (unsigned long long)atomic_load_explicit(&fs->threads, memory_order_relaxed),
-	        placefs_backend_dest_count(placefs_stager_backend(fs->st)));
+	        placefs_backend_dest_count(placefs_stager_backend(fs->st)),
+	        (unsigned long long)s.zero_copy, (unsigned long long)s.zero_copy_bytes,
+	        (unsigned long long)s.zero_copy_registrations,
+	        (unsigned long long)s.zero_copy_registration_ns,
+	        (unsigned long long)s.zero_copy_registered_bytes,
+	        (unsigned long long)s.zero_copy_refused, (unsigned long long)s.zero_copy_stale);
 }
 
 /* ---- create / free --------------------------------------------------------------------- */
@@ -785,7 +792,8 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 	struct placefs_stager_config cfg;
 	struct placefs_error e;
 	struct fs_stage *fs;
-	char spec[32], why[512], ring[32], hb[32], chunk[32];
+	char spec[32], why[512], ring[32], hb[32], chunk[32], note[256], zc[300];
+	struct placefs_stager_stats zs;
 	char line[512];
 	const char *dev;
 	int rc;
@@ -847,12 +855,16 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 	placefs_size_format(fs->info.ring_bytes, ring, sizeof(ring));
 	placefs_size_format(fs->info.host_buffer_bytes, hb, sizeof(hb));
 	placefs_size_format(fs->info.chunk_bytes, chunk, sizeof(chunk));
+	placefs_stager_stats(fs->st, &zs);
+	placefs_stager_zero_copy_note(fs->st, note, sizeof(note));
+	snprintf(zc, sizeof(zc), "%s%s%s%s", zs.zero_copy ? "on" : "off", note[0] ? " (" : "", note,
+	         note[0] ? ")" : "");
 	snprintf(fs->log_line, sizeof(fs->log_line),
 	         "staging: %s: ring %llu bytes (%s, one allocation), host buffer %llu bytes "
-	         "(%s: %u chunks of %s), prefetch %s",
+	         "(%s: %u chunks of %s), prefetch %s, zero-copy %s",
 	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
 	         (unsigned long long)fs->info.host_buffer_bytes, hb, fs->info.nchunks, chunk,
-	         m->opts->prefetch ? "on" : "off");
+	         m->opts->prefetch ? "on" : "off", zc);
 	snprintf(line, sizeof(line),
 	         "staging: device %s, ring %llu bytes (%s), host buffer %llu bytes (%s)\n",
 	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
