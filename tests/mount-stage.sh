@@ -195,6 +195,17 @@ wait "$TRY" && fail "the interrupted stage succeeded: $(cat try.out)"
 grep -q '^EINTR$' try.out || fail "interrupted stage: $(cat try.out), expected EINTR"
 note "a signal ends a wait with EINTR"
 
+# SIGKILL of a client in the middle of a stage (waiting for ring space): the
+# daemon drops the request; the checks after the holder's SIGKILL below (the
+# whole ring stages again, no lease left) prove nothing of it stayed behind.
+"$TSI" try "$MP/w.3" 0 >try.out 2>&1 7>&- &
+TRY=$!
+wait_line try.out '^waiting$' || fail "client to kill mid-stage: $(cat try.out)"
+kill -9 "$TRY"
+wait "$TRY" 2>/dev/null && fail "the client killed mid-stage exited 0"
+kill -0 "$MOUNT_PID" || fail "the daemon died with a client killed mid-stage"
+note "a client killed mid-stage: the daemon keeps serving"
+
 # SIGKILL: the holder's leases end with its file handles.
 kill -9 "$HOLD"
 wait "$HOLD" 2>/dev/null
