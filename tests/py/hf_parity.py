@@ -84,6 +84,22 @@ def main():
                 print("hf-parity %s: %d tensors (%d on cuda, %d on cpu) equal load_file, %.3f s"
                       % (mode, len(sd), ngpu, len(sd) - ngpu, dt))
                 del sd
+            # CPU-placed tensor files are plain files: numpy.memmap and
+            # torch.from_file load them straight from the mount (mmap).
+            import numpy as np
+            for t in m.tensors:
+                if t.placement != "cpu":
+                    continue
+                want = ref[t.name].contiguous().view(-1).view(torch.uint8)
+                mm = np.memmap(t.path, dtype=np.uint8, mode="r")
+                ff = torch.from_file(t.path, shared=True, size=t.nbytes, dtype=torch.uint8)
+                for what, got in (("numpy.memmap", torch.from_numpy(np.array(mm))),
+                                  ("torch.from_file", ff)):
+                    if not torch.equal(got, want):
+                        print("FAIL %s of %s differs from load_file" % (what, t.name))
+                        failures += 1
+                print("hf-parity: %s read by numpy.memmap and torch.from_file: ok" % t.name)
+                del mm, ff
         finally:
             subprocess.run(["fusermount3", "-u", mnt], check=False)
     print("hf-parity: %d failure(s)" % failures)
