@@ -99,9 +99,13 @@ def main():
                         print("FAIL %s of %s differs from load_file" % (what, t.name))
                         failures += 1
                 print("hf-parity: %s read by numpy.memmap and torch.from_file: ok" % t.name)
-                del mm, ff
+                del mm, ff, got
+            del m
+            import gc
+            gc.collect()
         finally:
-            subprocess.run(["fusermount3", "-u", mnt], check=False)
+            if subprocess.run(["fusermount3", "-u", mnt], check=False).returncode != 0:
+                subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
     print("hf-parity: %d failure(s)" % failures)
     return 1 if failures else 0
 
