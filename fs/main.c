@@ -38,50 +38,13 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "error.h"
 #include "log.h"
 #include "ops.h"
 #include "opts.h"
 #include "safetensors.h"
 #include "size.h"
 #include "stage.h"
-
-enum {
-	EXIT_OK = 0,
-	EXIT_ERROR = 1,
-	EXIT_USAGE = 2,
-	EXIT_CHECKPOINT = 3,
-	EXIT_LIMIT = 4,
-	EXIT_EMPTY = 5,
-	EXIT_DUP_GPU = 6,
-	EXIT_DUP_CPU = 7,
-	EXIT_OVERLAP = 8,
-	EXIT_NAME = 9,
-	EXIT_MOUNT = 10,
-	EXIT_LOOP = 11,
-	EXIT_STAGING = 12,
-};
-
-/* The exit status for a failure before mounting, as placefs-plan maps it. */
-static int exit_for(const struct placefs_error *err)
-{
-	/* A path that does not exist is a bad source, whichever layer noticed it. */
-	if (err->kind == PLACEFS_E_IO && err->code == -ENOENT)
-		return EXIT_CHECKPOINT;
-	switch (err->kind) {
-	case PLACEFS_E_FORMAT:
-	case PLACEFS_E_INDEX:
-	case PLACEFS_E_SOURCE:
-	case PLACEFS_E_DUP_SOURCE: return EXIT_CHECKPOINT;
-	case PLACEFS_E_LIMIT: return EXIT_LIMIT;
-	case PLACEFS_E_EMPTY: return EXIT_EMPTY;
-	case PLACEFS_E_DUP_GPU: return EXIT_DUP_GPU;
-	case PLACEFS_E_DUP_CPU: return EXIT_DUP_CPU;
-	case PLACEFS_E_OVERLAP: return EXIT_OVERLAP;
-	case PLACEFS_E_NAME: return EXIT_NAME;
-	case PLACEFS_E_USAGE: return EXIT_USAGE;
-	default: return EXIT_ERROR;
-	}
-}
 
 static void log_summary(const struct placefs_mount *m, const struct placefs_opts *o)
 {
@@ -190,10 +153,10 @@ static int daemon_start(int foreground, int *ready_fd)
 			r = read(p[0], &c, 1);
 		while (r < 0 && errno == EINTR);
 		if (r == 1)
-			_exit(EXIT_OK);
+			_exit(PLACEFS_EXIT_OK);
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
-		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : EXIT_ERROR);
+		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : PLACEFS_EXIT_ERROR);
 	}
 	close(p[0]);
 	setsid();
@@ -287,7 +250,7 @@ int main(int argc, char *argv[])
 	const struct fuse_lowlevel_ops *ops;
 	size_t ops_size;
 	int ready_fd = -1;
-	int status = EXIT_ERROR;
+	int status = PLACEFS_EXIT_ERROR;
 	int ret;
 
 	memset(&opts, 0, sizeof(opts));
@@ -296,7 +259,7 @@ int main(int argc, char *argv[])
 
 	if (placefs_opts_parse(argc, argv, &opts, &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
-		status = exit_for(&err);
+		status = placefs_error_exit_status(&err);
 		goto out_opts;
 	}
 	if (opts.show_help) {
@@ -305,7 +268,7 @@ int main(int argc, char *argv[])
 		fflush(stdout);
 		fuse_cmdline_help();
 		fuse_lowlevel_help();
-		status = EXIT_OK;
+		status = PLACEFS_EXIT_OK;
 		goto out_opts;
 	}
 	if (opts.show_version) {
@@ -317,13 +280,13 @@ int main(int argc, char *argv[])
 		       placefs_json_version());
 		fflush(stdout);
 		fuse_lowlevel_version();
-		status = EXIT_OK;
+		status = PLACEFS_EXIT_OK;
 		goto out_opts;
 	}
 
 	if (placefs_ckpt_open(opts.source_abs, opts.index, &ck, &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
-		status = exit_for(&err);
+		status = placefs_error_exit_status(&err);
 		goto out_opts;
 	}
 	memset(&po, 0, sizeof(po));
@@ -334,16 +297,16 @@ int main(int argc, char *argv[])
 	if (placefs_plan_create(placefs_ckpt_tensors(ck), placefs_ckpt_tensor_count(ck), &po, &plan,
 	                        &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
-		status = exit_for(&err);
+		status = placefs_error_exit_status(&err);
 		goto out_ckpt;
 	}
 	if (placefs_mount_init(&m, &opts, ck, plan, &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
-		status = exit_for(&err);
+		status = placefs_error_exit_status(&err);
 		goto out_mount_state;
 	}
 
-	status = EXIT_MOUNT;
+	status = PLACEFS_EXIT_MOUNT;
 	ops = placefs_ops_table(&ops_size);
 	se = fuse_session_new(&opts.args, ops, ops_size, &m);
 	if (!se) {
@@ -369,12 +332,12 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "placefs: cannot daemonize: %s\n", strerror(errno));
 		goto out_signals;
 	}
-	status = EXIT_STAGING;
+	status = PLACEFS_EXIT_STAGING;
 	if (placefs_fs_stage_create(&m, &err) < 0) {
 		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
 		goto out_signals;
 	}
-	status = EXIT_MOUNT;
+	status = PLACEFS_EXIT_MOUNT;
 	if (fuse_session_mount(se, opts.mountpoint) != 0) {
 		fprintf(stderr, "placefs: cannot mount on %s\n", opts.mountpoint);
 		goto out_stage;
@@ -393,11 +356,11 @@ int main(int argc, char *argv[])
 	ret = run_loop(se, &opts);
 	if (ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {
 		placefs_log(LOG_INFO, "unmounting %s", opts.mountpoint);
-		status = EXIT_OK;
+		status = PLACEFS_EXIT_OK;
 	} else {
 		placefs_log(LOG_ERR, "session loop failed (%d); unmounting %s", ret,
 		            opts.mountpoint);
-		status = EXIT_LOOP;
+		status = PLACEFS_EXIT_LOOP;
 	}
 	/* Replies from staging threads must not outlive the session's descriptor. */
 	placefs_fs_stage_shutdown(&m);

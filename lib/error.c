@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -72,4 +73,61 @@ const char *placefs_errkind_name(enum placefs_errkind kind)
 	case PLACEFS_E_NOMEM: return "nomem";
 	}
 	return "unknown";
+}
+
+int placefs_error_exit_status(const struct placefs_error *err)
+{
+	/*
+	 * A file that does not exist (an --index path, say) is a bad source
+	 * for the user, whichever layer noticed it.
+	 */
+	if (err->kind == PLACEFS_E_IO && err->code == -ENOENT)
+		return PLACEFS_EXIT_CHECKPOINT;
+	switch (err->kind) {
+	case PLACEFS_E_FORMAT:
+	case PLACEFS_E_INDEX:
+	case PLACEFS_E_SOURCE:
+	case PLACEFS_E_DUP_SOURCE: return PLACEFS_EXIT_CHECKPOINT;
+	case PLACEFS_E_LIMIT: return PLACEFS_EXIT_LIMIT;
+	case PLACEFS_E_EMPTY: return PLACEFS_EXIT_EMPTY;
+	case PLACEFS_E_DUP_GPU: return PLACEFS_EXIT_DUP_GPU;
+	case PLACEFS_E_DUP_CPU: return PLACEFS_EXIT_DUP_CPU;
+	case PLACEFS_E_OVERLAP: return PLACEFS_EXIT_OVERLAP;
+	case PLACEFS_E_NAME: return PLACEFS_EXIT_NAME;
+	case PLACEFS_E_USAGE: return PLACEFS_EXIT_USAGE;
+	default: return PLACEFS_EXIT_ERROR;
+	}
+}
+
+void placefs_error_quote(const char *s, size_t max, char *out, size_t outlen)
+{
+	size_t o = 0, i;
+
+	for (i = 0; s[i] && i < max; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char tmp[5];
+		size_t tl;
+
+		if (c == '"' || c == '\\') {
+			tmp[0] = '\\';
+			tmp[1] = (char)c;
+			tl = 2;
+		} else if (c < 0x20 || c == 0x7f) {
+			snprintf(tmp, sizeof(tmp), "\\x%02x", c);
+			tl = 4;
+		} else {
+			tmp[0] = (char)c;
+			tl = 1;
+		}
+		/* Keep room for "..." and the NUL whatever comes next. */
+		if (o + tl + 4 >= outlen)
+			break;
+		memcpy(out + o, tmp, tl);
+		o += tl;
+	}
+	if (s[i] && o + 4 < outlen) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
 }

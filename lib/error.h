@@ -11,6 +11,8 @@
 #ifndef PLACEFS_ERROR_H
 #define PLACEFS_ERROR_H
 
+#include <stddef.h>
+
 enum placefs_errkind {
 	PLACEFS_E_NONE = 0,
 	PLACEFS_E_IO,         /* a system call failed */
@@ -55,5 +57,43 @@ void placefs_error_prefix(struct placefs_error *err, const char *fmt, ...)
 
 /* Short stable name of a kind, e.g. "duplicate-gpu". */
 const char *placefs_errkind_name(enum placefs_errkind kind);
+
+/*
+ * Exit statuses of the programs, documented in placefs(1) and placefs-plan(1).
+ * The values are part of the user interface and must never change.
+ */
+enum placefs_exit {
+	PLACEFS_EXIT_OK = 0,
+	PLACEFS_EXIT_ERROR = 1,      /* any other failure */
+	PLACEFS_EXIT_USAGE = 2,      /* bad command line */
+	PLACEFS_EXIT_CHECKPOINT = 3, /* bad checkpoint, index or source */
+	PLACEFS_EXIT_LIMIT = 4,      /* invalid staging limit */
+	PLACEFS_EXIT_EMPTY = 5,      /* the selection matched no tensor */
+	PLACEFS_EXIT_DUP_GPU = 6,    /* duplicate names among GPU-placed tensors */
+	PLACEFS_EXIT_DUP_CPU = 7,    /* duplicate names among CPU-placed tensors */
+	PLACEFS_EXIT_OVERLAP = 8,    /* a name placed both on GPU and CPU */
+	PLACEFS_EXIT_NAME = 9,       /* a tensor name that cannot be a file name */
+	/* The remaining statuses are used by the placefs daemon only. */
+	PLACEFS_EXIT_MOUNT = 10,   /* the FUSE session could not be created or mounted */
+	PLACEFS_EXIT_LOOP = 11,    /* the session loop failed */
+	PLACEFS_EXIT_STAGING = 12, /* the staging backend could not be created */
+};
+
+/*
+ * The exit status for a program that fails with err before doing its work:
+ * the kind picks the status (a missing file counts as a bad source, whichever
+ * layer noticed it), and anything unclassified is PLACEFS_EXIT_ERROR.
+ * err must not be NULL.
+ */
+int placefs_error_exit_status(const struct placefs_error *err);
+
+/*
+ * Writes at most the first `max` bytes of s, escaped, into out (outlen > 0) as
+ * they should appear between double quotes in a one-line message: '"' and
+ * '\\' are escaped and control bytes become \xNN. When s is longer than
+ * what was written, "..." follows, room permitting. The quotes themselves are
+ * not written. Always NUL-terminates out.
+ */
+void placefs_error_quote(const char *s, size_t max, char *out, size_t outlen);
 
 #endif

@@ -15,42 +15,6 @@ static int is_control(unsigned char c)
 	return (c >= 0x01 && c <= 0x1f) || c == 0x7f;
 }
 
-/*
- * Writes the name as it should appear between double quotes in a one-line
- * message: control bytes as \xNN, quotes and backslashes escaped.
- */
-static void quote(const char *s, char *out, size_t outlen)
-{
-	size_t o = 0, i;
-
-	for (i = 0; s[i] && i < QUOTE_MAX; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char tmp[5];
-		size_t tl;
-
-		if (c == '"' || c == '\\') {
-			tmp[0] = '\\';
-			tmp[1] = (char)c;
-			tl = 2;
-		} else if (is_control(c)) {
-			snprintf(tmp, sizeof(tmp), "\\x%02x", c);
-			tl = 4;
-		} else {
-			tmp[0] = (char)c;
-			tl = 1;
-		}
-		if (o + tl + 4 >= outlen)
-			break;
-		memcpy(out + o, tmp, tl);
-		o += tl;
-	}
-	if (s[i] && o + 4 < outlen) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = '\0';
-}
-
 int placefs_name_encode(const char *name, char out[PLACEFS_NAME_MAX + 1], struct placefs_error *err)
 {
 	char q[QUOTE_MAX * 4 + 8];
@@ -65,7 +29,7 @@ int placefs_name_encode(const char *name, char out[PLACEFS_NAME_MAX + 1], struct
 		size_t rl = 1;
 
 		if (is_control(*p)) {
-			quote(name, q, sizeof(q));
+			placefs_error_quote(name, QUOTE_MAX, q, sizeof(q));
 			return placefs_error_set(err, -EINVAL, PLACEFS_E_NAME,
 			                         "tensor \"%s\": name contains control character "
 			                         "\\x%02x, which cannot be in a file name",
@@ -91,7 +55,7 @@ int placefs_name_encode(const char *name, char out[PLACEFS_NAME_MAX + 1], struct
 	}
 	if (total > PLACEFS_NAME_MAX) {
 		out[0] = '\0';
-		quote(name, q, sizeof(q));
+		placefs_error_quote(name, QUOTE_MAX, q, sizeof(q));
 		return placefs_error_set(
 		        err, -ENAMETOOLONG, PLACEFS_E_NAME,
 		        "tensor \"%s\": encoded file name is %zu bytes, more than %d", q, total,

@@ -13,43 +13,6 @@
 /* Longest part of a bad value quoted in a message; the rest is elided. */
 #define QUOTE_MAX 64
 
-/*
- * Copies `s` into out as it should appear between double quotes in a message:
- * quotes, backslashes and control bytes are escaped so that an environment
- * variable holding garbage cannot break the one-line message.
- */
-static void quote(const char *s, char *out, size_t outlen)
-{
-	size_t o = 0, i;
-
-	for (i = 0; s[i] && i < QUOTE_MAX; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char tmp[5];
-		size_t tl;
-
-		if (c == '"' || c == '\\') {
-			tmp[0] = '\\';
-			tmp[1] = (char)c;
-			tl = 2;
-		} else if (c < 0x20 || c == 0x7f) {
-			snprintf(tmp, sizeof(tmp), "\\x%02x", c);
-			tl = 4;
-		} else {
-			tmp[0] = (char)c;
-			tl = 1;
-		}
-		if (o + tl + 4 >= outlen)
-			break;
-		memcpy(out + o, tmp, tl);
-		o += tl;
-	}
-	if (s[i] && o + 4 < outlen) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = '\0';
-}
-
 struct suffix {
 	const char *text;
 	unsigned shift;
@@ -73,7 +36,7 @@ int placefs_size_parse(const char *text, const char *origin, uint64_t *out,
 		origin = "size";
 	if (!text)
 		text = "";
-	quote(text, q, sizeof(q));
+	placefs_error_quote(text, QUOTE_MAX, q, sizeof(q));
 
 	if (!*text)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
@@ -103,7 +66,7 @@ int placefs_size_parse(const char *text, const char *origin, uint64_t *out,
 		if (i == sizeof(suffixes) / sizeof(suffixes[0])) {
 			char qs[QUOTE_MAX * 4 + 8];
 
-			quote(p, qs, sizeof(qs));
+			placefs_error_quote(p, QUOTE_MAX, qs, sizeof(qs));
 			return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
 			                         "%s=\"%s\": unknown suffix \"%s\" (" GRAMMAR ")",
 			                         origin, q, qs);

@@ -21,20 +21,6 @@
 #define PROG      "placefs-plan"
 #define ENV_LIMIT "INSTANTTENSOR_BUFFER_SIZE"
 
-/* Exit statuses, documented in placefs-plan(1). */
-enum {
-	EXIT_OK = 0,
-	EXIT_ERROR = 1,
-	EXIT_USAGE = 2,
-	EXIT_CHECKPOINT = 3,
-	EXIT_LIMIT = 4,
-	EXIT_EMPTY = 5,
-	EXIT_DUP_GPU = 6,
-	EXIT_DUP_CPU = 7,
-	EXIT_OVERLAP = 8,
-	EXIT_NAME = 9,
-};
-
 static const char usage_text[] =
         "usage: " PROG " [--buffer-size SIZE] [--prefix P]... [--index FILE] [--json]\n"
         "                    [--sweep[=LIST]] SOURCE\n";
@@ -83,37 +69,13 @@ static int __attribute__((format(printf, 1, 2))) usage_error(const char *fmt, ..
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputs(" (see " PROG " --help)\n", stderr);
-	return EXIT_USAGE;
-}
-
-static int exit_for(const struct placefs_error *err)
-{
-	/*
-	 * A file that does not exist (an --index path, say) is a bad source
-	 * for the user, whichever layer noticed it.
-	 */
-	if (err->kind == PLACEFS_E_IO && err->code == -ENOENT)
-		return EXIT_CHECKPOINT;
-	switch (err->kind) {
-	case PLACEFS_E_FORMAT:
-	case PLACEFS_E_INDEX:
-	case PLACEFS_E_SOURCE:
-	case PLACEFS_E_DUP_SOURCE: return EXIT_CHECKPOINT;
-	case PLACEFS_E_LIMIT: return EXIT_LIMIT;
-	case PLACEFS_E_EMPTY: return EXIT_EMPTY;
-	case PLACEFS_E_DUP_GPU: return EXIT_DUP_GPU;
-	case PLACEFS_E_DUP_CPU: return EXIT_DUP_CPU;
-	case PLACEFS_E_OVERLAP: return EXIT_OVERLAP;
-	case PLACEFS_E_NAME: return EXIT_NAME;
-	case PLACEFS_E_USAGE: return EXIT_USAGE;
-	default: return EXIT_ERROR;
-	}
+	return PLACEFS_EXIT_USAGE;
 }
 
 static int fail(const struct placefs_error *err)
 {
 	say("%s", err->msg[0] ? err->msg : strerror(-err->code));
-	return exit_for(err);
+	return placefs_error_exit_status(err);
 }
 
 /* Splits a comma-separated --sweep list into parsed sizes. */
@@ -164,9 +126,9 @@ static int emit(const struct placefs_strbuf *sb)
 	if (fwrite(placefs_strbuf_cstr(sb), 1, sb->len, stdout) != sb->len || fflush(stdout) != 0 ||
 	    ferror(stdout)) {
 		say("writing to standard output: %s", strerror(errno));
-		return EXIT_ERROR;
+		return PLACEFS_EXIT_ERROR;
 	}
-	return EXIT_OK;
+	return PLACEFS_EXIT_OK;
 }
 
 static int is_long(const char *arg)
@@ -193,7 +155,7 @@ int main(int argc, char **argv)
 	const char **prefixes = NULL;
 	size_t nprefixes = 0, nlimits = 0;
 	uint64_t *limits = NULL;
-	int json = 0, sweep = 0, c, status = EXIT_OK;
+	int json = 0, sweep = 0, c, status = PLACEFS_EXIT_OK;
 	struct placefs_plan_options opt = {0};
 	struct placefs_ckpt *ck = NULL;
 	struct placefs_plan *plan = NULL;
@@ -206,7 +168,7 @@ int main(int argc, char **argv)
 	prefixes = calloc((size_t)argc + 1, sizeof(*prefixes));
 	if (!prefixes) {
 		say("out of memory");
-		return EXIT_ERROR;
+		return PLACEFS_EXIT_ERROR;
 	}
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":hV", long_opts, NULL)) != -1) {
@@ -224,11 +186,11 @@ int main(int argc, char **argv)
 			fputs("\n", stdout);
 			fputs(help_text, stdout);
 			free(prefixes);
-			return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+			return fflush(stdout) == 0 ? PLACEFS_EXIT_OK : PLACEFS_EXIT_ERROR;
 		case 'V':
 			printf("%s %s\n", PROG, PACKAGE_VERSION);
 			free(prefixes);
-			return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+			return fflush(stdout) == 0 ? PLACEFS_EXIT_OK : PLACEFS_EXIT_ERROR;
 		case ':':
 			/* A long option is named by its argument, a short one by optopt. */
 			if (!is_long(argv[optind - 1]))
