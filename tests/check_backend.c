@@ -392,6 +392,7 @@ static pid_t dead_pid(void)
 START_TEST(test_host_dest_sweep)
 {
 	/* Cached destinations go once unlinked or once their process is gone; not before. */
+	pid_t gone_pid = dead_pid(); /* fork before allocating: the child owns nothing */
 	struct placefs_backend *be = mk("host", 1 << 16, 64 << 10);
 	struct placefs_dest d;
 	char live[64], gone[64], dead[64];
@@ -411,7 +412,7 @@ START_TEST(test_host_dest_sweep)
 	d.pid = getpid();
 	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
 	ck_assert_int_eq(placefs_dest_shm(&d, dead, 0, 4096, NULL), 0);
-	d.pid = dead_pid();
+	d.pid = gone_pid;
 	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
 	expect_pat(pd, 256, 3);
 	ck_assert_uint_eq(placefs_backend_dest_count(be), 3);
