@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -522,93 +521,18 @@ END_TEST
 
 /* ---- corpus replay ------------------------------------------------------- */
 
-static int name_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static size_t list_json(const char *dir, char ***out)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char **names = NULL;
-	size_t n = 0;
-
-	ck_assert_msg(d != NULL, "cannot open %s", dir);
-	while ((e = readdir(d))) {
-		size_t l = strlen(e->d_name);
-
-		if (l <= 5 || strcmp(e->d_name + l - 5, ".json") != 0)
-			continue;
-		names = realloc(names, (n + 1) * sizeof(*names));
-		ck_assert_ptr_nonnull(names);
-		names[n] = strdup(e->d_name);
-		ck_assert_ptr_nonnull(names[n]);
-		n++;
-	}
-	closedir(d);
-	qsort(names, n, sizeof(*names), name_cmp);
-	*out = names;
-	return n;
-}
-
-/*
- * EXPECTED.tsv (written by make-corpus.py): one "file<TAB>fragment" line per
- * bad file; the fragment must appear in the message the file is refused with.
- */
-struct expect {
-	char *buf;
-	size_t n;
-	char *file[256];
-	char *frag[256];
-};
-
-static void expect_load(struct expect *ex, const char *dir)
-{
-	char *path = tu_path(dir, "EXPECTED.tsv");
-	size_t len;
-	char *line;
-
-	ex->buf = (char *)tu_read_file(path, &len);
-	ex->buf[len] = '\0';
-	ex->n = 0;
-	for (line = strtok(ex->buf, "\n"); line; line = strtok(NULL, "\n")) {
-		char *tab = strchr(line, '\t');
-
-		if (line[0] == '#')
-			continue;
-		ck_assert_msg(tab != NULL, "EXPECTED.tsv: bad line %s", line);
-		ck_assert_uint_lt(ex->n, 256);
-		*tab = '\0';
-		ex->file[ex->n] = line;
-		ex->frag[ex->n] = tab + 1;
-		ex->n++;
-	}
-	free(path);
-}
-
-static const char *expect_for(const struct expect *ex, const char *file)
-{
-	for (size_t i = 0; i < ex->n; i++) {
-		if (strcmp(ex->file[i], file) == 0)
-			return ex->frag[i];
-	}
-	ck_abort_msg("%s has no line in EXPECTED.tsv", file);
-	return NULL;
-}
-
 START_TEST(test_corpus_bad)
 {
 	const char *dir = TEST_SRCDIR "/corpus/bad-index";
 	char **names;
-	size_t n = list_json(dir, &names);
-	struct expect ex;
+	size_t n = tu_list_dir(dir, ".json", &names);
+	struct tu_expect ex;
 
 	ck_assert_uint_ge(n, 10);
-	expect_load(&ex, dir);
+	tu_expect_load(&ex, dir);
 	ck_assert_uint_eq(ex.n, n);
 	for (size_t i = 0; i < n; i++) {
-		const char *frag = expect_for(&ex, names[i]);
+		const char *frag = tu_expect_for(&ex, names[i]);
 		char *path = tu_path(dir, names[i]);
 		struct placefs_index *idx = NULL;
 		struct placefs_error err;
@@ -636,7 +560,7 @@ START_TEST(test_corpus_good)
 {
 	const char *dir = TEST_SRCDIR "/corpus/good-index";
 	char **names;
-	size_t n = list_json(dir, &names);
+	size_t n = tu_list_dir(dir, ".json", &names);
 
 	ck_assert_uint_ge(n, 2);
 	for (size_t i = 0; i < n; i++) {

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -113,4 +114,69 @@ uint8_t *tu_read_file(const char *path, size_t *len)
 	close(fd);
 	*len = got;
 	return buf;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t tu_list_dir(const char *dir, const char *suffix, char ***out)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char **names = NULL;
+	size_t n = 0, sl = strlen(suffix);
+
+	ck_assert_msg(d != NULL, "cannot open %s", dir);
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+
+		if (l <= sl || strcmp(e->d_name + l - sl, suffix) != 0)
+			continue;
+		names = realloc(names, (n + 1) * sizeof(*names));
+		ck_assert_ptr_nonnull(names);
+		names[n] = strdup(e->d_name);
+		ck_assert_ptr_nonnull(names[n]);
+		n++;
+	}
+	closedir(d);
+	if (n)
+		qsort(names, n, sizeof(*names), name_cmp);
+	*out = names;
+	return n;
+}
+
+void tu_expect_load(struct tu_expect *ex, const char *dir)
+{
+	char *path = tu_path(dir, "EXPECTED.tsv");
+	size_t len;
+	char *line;
+
+	ex->buf = (char *)tu_read_file(path, &len);
+	ex->buf[len] = '\0';
+	ex->n = 0;
+	for (line = strtok(ex->buf, "\n"); line; line = strtok(NULL, "\n")) {
+		char *tab = strchr(line, '\t');
+
+		if (line[0] == '#')
+			continue;
+		ck_assert_msg(tab != NULL, "EXPECTED.tsv: bad line %s", line);
+		ck_assert_uint_lt(ex->n, 256);
+		*tab = '\0';
+		ex->file[ex->n] = line;
+		ex->frag[ex->n] = tab + 1;
+		ex->n++;
+	}
+	free(path);
+}
+
+const char *tu_expect_for(const struct tu_expect *ex, const char *file)
+{
+	for (size_t i = 0; i < ex->n; i++) {
+		if (strcmp(ex->file[i], file) == 0)
+			return ex->frag[i];
+	}
+	ck_abort_msg("%s has no line in EXPECTED.tsv", file);
+	return NULL;
 }

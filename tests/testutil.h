@@ -27,4 +27,27 @@ void tu_st_write(const char *path, const char *json, uint64_t data_len);
 /* Reads a whole file into a malloc'd buffer; *len gets its size. */
 uint8_t *tu_read_file(const char *path, size_t *len);
 
+/*
+ * Lists the entries of dir whose names end in suffix (and are longer than
+ * it), sorted by name. *out gets a malloc'd array of malloc'd names; returns
+ * how many.
+ */
+size_t tu_list_dir(const char *dir, const char *suffix, char ***out);
+
+/*
+ * A corpus's EXPECTED.tsv (written by tests/corpus/make-corpus.py): one
+ * "file<TAB>fragment" line per bad file; the fragment must appear in the
+ * message the file is refused with. Lines starting with '#' are comments.
+ */
+struct tu_expect {
+	char *buf; /* the file's text; free() it when done */
+	size_t n;
+	char *file[256];
+	char *frag[256];
+};
+
+void tu_expect_load(struct tu_expect *ex, const char *dir);
+/* The fragment for file; fails the test when the file has no line. */
+const char *tu_expect_for(const struct tu_expect *ex, const char *file);
+
 #endif
