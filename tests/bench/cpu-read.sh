@@ -29,13 +29,12 @@ src=$bench_work/ckpt
 mnt=$bench_work/mnt
 "$MKCKPT" --quiet --llama "$layers:2048:5504:32000" --shards 4 --index "$src"
 "$PLAN" --json "$src" >"$bench_work/plan.json"
-python3 - "$bench_work" <<'PY'
+python3 - "$bench_work" "$top/tools" <<'PY'
 import json, sys
 w = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from placefs import encode_name as enc
 plan = json.load(open(w + "/plan.json"))
-def enc(n):
-    e = n.replace("%", "%25").replace("/", "%2F")
-    return "%2E" + e[1:] if e.startswith(".") else e
 with open(w + "/direct.txt", "w") as d, open(w + "/mount.txt", "w") as m:
     for t in plan["tensors"]:
         d.write("%s/ckpt/%s\t%d\t%d\n" % (w, t["file"], t["offset"], t["nbytes"]))
