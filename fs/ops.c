@@ -333,6 +333,7 @@ int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
 	atomic_init(&m->ctr.opens, 0);
 	atomic_init(&m->ctr.open_files, 0);
 	atomic_init(&m->ctr.stale_refusals, 0);
+	atomic_init(&m->ctr.xattr_requests, 0);
 	atomic_init(&m->next_fh, 0);
 
 	if (opts->read_mode == PLACEFS_READ_MMAP) {
@@ -416,7 +417,8 @@ int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *s
 	        sb,
 	        "{\"reads\": %llu, \"bytes_read\": {\"gpu\": %llu, \"cpu\": %llu}, "
 	        "\"read_errors\": %llu, \"opens\": %llu, \"open_files\": %lld, "
-	        "\"stale_refusals\": %llu, \"tensors\": {\"gpu\": %llu, \"cpu\": %llu}, "
+	        "\"stale_refusals\": %llu, \"xattr_requests\": %llu, "
+	        "\"tensors\": {\"gpu\": %llu, \"cpu\": %llu}, "
 	        "\"read_mode\": \"%s\", \"uptime_s\": %.3f, \"stale_shards\": [",
 	        (unsigned long long)atomic_load(&m->ctr.reads),
 	        (unsigned long long)atomic_load(&m->ctr.bytes[PLACEFS_PLACE_GPU]),
@@ -425,6 +427,7 @@ int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *s
 	        (unsigned long long)atomic_load(&m->ctr.opens),
 	        (long long)atomic_load(&m->ctr.open_files),
 	        (unsigned long long)atomic_load(&m->ctr.stale_refusals),
+	        (unsigned long long)atomic_load(&m->ctr.xattr_requests),
 	        (unsigned long long)t.count[PLACEFS_PLACE_GPU],
 	        (unsigned long long)t.count[PLACEFS_PLACE_CPU],
 	        m->opts->read_mode == PLACEFS_READ_MMAP ? "mmap" : "pread", up);
@@ -519,12 +522,13 @@ static void placefs_op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	/*
-	 * With POSIX ACL support the kernel asks for system.posix_acl_* once per
-	 * inode and caches the answer (there are none: ENODATA), instead of
-	 * sending `ls -l`'s two ACL probes per file to the daemon every time.
+	 * No FUSE_CAP_POSIX_ACL: placefs has no ACLs, and getxattr answers
+	 * EOPNOTSUPP for every namespace but user. (see placefs_op_getxattr),
+	 * which `ls -l` remembers per filesystem. With POSIX ACL support the
+	 * kernel would ask the daemon once per inode (ENODATA, then cached):
+	 * one round trip per file on the first `ls -l`. Permission checks do not
+	 * depend on it: the mount always has default_permissions.
 	 */
-	if (conn->capable & FUSE_CAP_POSIX_ACL)
-		conn->want |= FUSE_CAP_POSIX_ACL;
 	/* Large O_DIRECT reads become parallel 1 MiB requests instead of a serial chain. */
 	if (conn->capable & FUSE_CAP_ASYNC_DIO)
 		conn->want |= FUSE_CAP_ASYNC_DIO;
@@ -950,7 +954,24 @@ static void placefs_op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
-/* Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err (ENODATA, ERANGE, ENOMEM). */
+/*
+ * Whether the filesystem has the xattr namespace of `name` at all: only
+ * "user." (the placefs attributes). Any other namespace, security.* and
+ * system.posix_acl_* above all, gets EOPNOTSUPP rather than ENODATA: FUSE
+ * cannot cache xattrs, and `ls -l` probes security.selinux and the access
+ * ACL on every file but stops probing a filesystem once it answers "not
+ * supported" (coreutils remembers that per st_dev). With ENODATA, a first
+ * `ls -l` of 100,000 tensors paid 100,000 or more round trips to the daemon.
+ */
+static bool xattr_namespace_supported(const char *name)
+{
+	return strncmp(name, "user.", 5) == 0;
+}
+
+/*
+ * Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err
+ * (ENODATA: no such attribute, EOPNOTSUPP: namespace not supported, ERANGE, ENOMEM).
+ */
 static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct placefs_mount *m = mount_of(req);
@@ -958,9 +979,14 @@ static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name
 	struct placefs_strbuf sb;
 	int rc;
 
+	atomic_fetch_add_explicit(&m->ctr.xattr_requests, 1, memory_order_relaxed);
 	rc = placefs_vtree_get(m->vt, ino, &node);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (!xattr_namespace_supported(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
 	if (node.kind != PLACEFS_V_TENSOR) {
@@ -985,6 +1011,7 @@ static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	size_t i, len = 0;
 	int rc;
 
+	atomic_fetch_add_explicit(&m->ctr.xattr_requests, 1, memory_order_relaxed);
 	rc = placefs_vtree_get(m->vt, ino, &node);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);

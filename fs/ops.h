@@ -46,6 +46,7 @@ struct placefs_counters {
 	atomic_uint_fast64_t opens;          /* successful tensor opens */
 	atomic_int_fast64_t open_files;      /* tensor files open now */
 	atomic_uint_fast64_t stale_refusals; /* opens and reads refused because a shard changed */
+	atomic_uint_fast64_t xattr_requests; /* GETXATTR and LISTXATTR requests, any inode */
 };
 
 /*

@@ -87,6 +87,18 @@ tmo 10 ls "$MP/.placefs/by-placement/cpu" | grep -qx 'model.embed.weight' ||
 [ "$(readlink "$MP/.placefs/by-placement/cpu/model.embed.weight")" = "../../../model.embed.weight" ] ||
 	fail "wrong link target"
 tmo 10 ls -l "$MP" >/dev/null || fail "ls -l failed"
+# ls -l probes security.selinux and the access ACL of every file unless the
+# filesystem says "not supported" (EOPNOTSUPP), which it then remembers: a
+# listing of the 33 files may cost a few xattr round trips, not one per file.
+xattr_requests() {
+	tmo 10 "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["xattr_requests"])' \
+		"$MP/.placefs/stats"
+}
+x0=$(xattr_requests) || fail "no xattr_requests in stats"
+tmo 10 ls -l "$MP" >/dev/null || fail "ls -l failed"
+x1=$(xattr_requests)
+note "ls -l of the root: $((x1 - x0)) xattr requests"
+[ $((x1 - x0)) -le 4 ] || fail "ls -l sent $((x1 - x0)) xattr requests to the daemon (at most 4 expected)"
 
 # The dd/cmp recipe of the README.
 off=$(tmo 10 getfattr --only-values -n user.placefs.offset "$MP/model.embed.weight")
