@@ -3,13 +3,15 @@
  * placefs: mounts a safetensors checkpoint read-only through libfuse3.
  *
  * Order: parse and validate the options -> open and validate the
- * checkpoint -> plan -> build the tree -> create the session (which rejects
- * unknown libfuse options) -> signal handlers -> fork the daemon -> create
- * the staging backend -> mount -> tell the waiting parent (which exits 0
- * only now, once the mount is live) -> log the plan summary -> remove the
- * shared memory that killed placefs processes left -> multithreaded loop -> end the staging waits -> unmount -> release in
- * reverse order. Everything that can be wrong with the command line, the
- * checkpoint or the staging device is found before anything is mounted.
+ * checkpoint -> plan (and -o ring_size, checked against it) -> build the
+ * tree -> create the session (which rejects unknown libfuse options) ->
+ * signal handlers -> fork the daemon -> create the staging backend ->
+ * mount -> tell the waiting parent (which exits 0 only now, once the mount
+ * is live) -> log the plan summary -> remove the shared memory that killed
+ * placefs processes left -> multithreaded loop -> end the staging waits ->
+ * unmount -> release in reverse order. Everything that can be wrong with
+ * the command line, the checkpoint or the staging device is found before
+ * anything is mounted.
  *
  * The fork comes before the staging backend because neither its threads nor
  * a CUDA context survive fork(); the parent waits for the child's verdict,
@@ -62,6 +64,11 @@ static void log_summary(const struct placefs_mount *m, const struct placefs_opts
 	if (placefs_plan_format_summary(m->plan, &sb) == 0)
 		placefs_log_lines(LOG_INFO, placefs_strbuf_cstr(&sb));
 	placefs_strbuf_release(&sb);
+	if (o->ring_size && o->device == PLACEFS_DEVICE_NONE)
+		placefs_log(LOG_NOTICE,
+		            "-o ring_size=%llu ignored: staging is disabled (-o device=none), so "
+		            "there is no ring",
+		            (unsigned long long)o->ring_size);
 }
 
 /* Undoes mountinfo's octal escapes (space is \\040) in place. */
@@ -300,6 +307,13 @@ int main(int argc, char *argv[])
 		status = placefs_error_exit_status(&err);
 		goto out_ckpt;
 	}
+	/* With -o device=none there is no ring: the option is noted in the log, not applied. */
+	if (opts.ring_size && opts.device != PLACEFS_DEVICE_NONE &&
+	    placefs_plan_set_ring_bytes(plan, opts.ring_size, "-o ring_size", &err) < 0) {
+		fprintf(stderr, "placefs: %s\n", err.msg);
+		status = placefs_error_exit_status(&err);
+		goto out_plan;
+	}
 	if (placefs_mount_init(&m, &opts, ck, plan, &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
 		status = placefs_error_exit_status(&err);
@@ -373,6 +387,7 @@ out_session:
 	fuse_session_destroy(se);
 out_mount_state:
 	placefs_mount_release(&m);
+out_plan:
 	placefs_plan_free(plan);
 out_ckpt:
 	placefs_ckpt_free(ck);

@@ -24,6 +24,7 @@ struct parse_ctx {
 	char *read_mode;
 	char *readahead;
 	char *host_buffer;
+	char *ring_size;
 	int noprefetch;
 	char *mountpoint;
 	char *extra; /* the first surplus positional, for the message */
@@ -50,6 +51,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("read_mode=%s", read_mode),
         CTX_OPT("readahead=%s", readahead),
         CTX_OPT("host_buffer=%s", host_buffer),
+        CTX_OPT("ring_size=%s", ring_size),
         {"noprefetch", offsetof(struct parse_ctx, noprefetch), 1},
         FUSE_OPT_KEY("prefix=", KEY_PREFIX),
         /* Noted here, then kept for fuse_parse_cmdline() which parses the value. */
@@ -318,6 +320,16 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 			goto out;
 		}
 	}
+	if (ctx.ring_size) {
+		/* Checked against the staging limit once the plan is made (fs/main.c). */
+		rc = placefs_size_parse(ctx.ring_size, "-o ring_size", &o->ring_size, err);
+		if (rc < 0) {
+			/* Not the staging limit: a plain bad option value. */
+			if (err)
+				err->kind = PLACEFS_E_USAGE;
+			goto out;
+		}
+	}
 	o->prefetch = !ctx.noprefetch;
 	if (ctx.readahead) {
 		/* 0 keeps the kernel's default; anything else is a size. */
@@ -370,6 +382,7 @@ out:
 	free(ctx.read_mode);
 	free(ctx.readahead);
 	free(ctx.host_buffer);
+	free(ctx.ring_size);
 	free(ctx.mountpoint);
 	free(ctx.extra);
 	free(ctx.no_perms);
@@ -412,6 +425,8 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o device=DEV          staging device: cuda:N, host or none (default: cuda:0\n"
 	        "                           when a CUDA device is present, else none)\n"
 	        "    -o host_buffer=SIZE    pinned bounce memory for staging (default: 64M)\n"
+	        "    -o ring_size=SIZE      device memory of the staging ring (default: the\n"
+	        "                           staging limit); at least the limit\n"
 	        "    -o noprefetch          stage only what is asked for, nothing ahead\n"
 	        "    -o read_mode=MODE      how tensor bytes are served: mmap (default: one copy,\n"
 	        "                           from a read-only mapping of each shard) or pread\n"

@@ -59,6 +59,7 @@ struct placefs_opts {
 	enum placefs_device_kind device;
 	int device_index;     /* for PLACEFS_DEVICE_CUDA */
 	uint64_t host_buffer; /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
+	uint64_t ring_size;   /* -o ring_size=, bytes; 0 = the plan's own ring (lib/plan.h) */
 	int prefetch;         /* 1 unless -o noprefetch */
 	enum placefs_read_mode read_mode;
 	uint64_t readahead; /* bytes; 0 = leave the kernel's default */

@@ -26,6 +26,8 @@ struct placefs_plan {
 	int has_limit;
 	uint64_t limit;
 	uint64_t ring;
+	uint64_t ring_min;    /* the ring compute_ring() chose: the least ring allowed */
+	char ring_origin[64]; /* who set the ring (placefs_plan_set_ring_bytes), or "" */
 	struct placefs_plan_totals totals;
 };
 
@@ -292,6 +294,7 @@ static int compute_ring(struct placefs_plan *plan, struct placefs_error *err)
 
 	if (plan->has_limit) {
 		plan->ring = plan->limit;
+		plan->ring_min = plan->ring;
 		return 0;
 	}
 	/* Room for the largest tensor, and for several small ones in flight. */
@@ -306,6 +309,7 @@ static int compute_ring(struct placefs_plan *plan, struct placefs_error *err)
 		                         t->largest[PLACEFS_PLACE_GPU]);
 	r &= ~(RING_ALIGN - 1);
 	plan->ring = r < RING_ALIGN ? RING_ALIGN : r;
+	plan->ring_min = plan->ring;
 	return 0;
 }
 
@@ -459,6 +463,45 @@ uint64_t placefs_plan_ring_bytes(const struct placefs_plan *plan)
 	return plan->ring;
 }
 
+int placefs_plan_set_ring_bytes(struct placefs_plan *plan, uint64_t bytes, const char *origin,
+                                struct placefs_error *err)
+{
+	char hgiven[32], hmin[32], hauto[32];
+	uint64_t r;
+
+	if (!origin || !origin[0])
+		origin = "the ring size";
+	if (!plan)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "placefs_plan_set_ring_bytes: invalid arguments");
+	placefs_size_format(bytes, hgiven, sizeof(hgiven));
+	placefs_size_format(plan->ring_min, hmin, sizeof(hmin));
+	if (bytes < plan->ring_min && plan->has_limit)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: %" PRIu64 " bytes (%s) is below the %" PRIu64
+		                         "-byte (%s) staging limit: every gpu tensor up to the "
+		                         "limit must fit the ring",
+		                         origin, bytes, hgiven, plan->ring_min, hmin);
+	if (bytes < plan->ring_min) {
+		placefs_size_format(PLACEFS_PLAN_AUTO_RING, hauto, sizeof(hauto));
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: %" PRIu64 " bytes (%s) is below the %" PRIu64
+		                         "-byte (%s) automatic ring (there is no staging limit): "
+		                         "the ring is never smaller than max(largest gpu tensor, "
+		                         "min(gpu total, %s)), rounded up to %llu bytes",
+		                         origin, bytes, hgiven, plan->ring_min, hmin, hauto,
+		                         RING_ALIGN);
+	}
+	if (__builtin_add_overflow(bytes, RING_ALIGN - 1, &r))
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: %" PRIu64 " bytes (%s) cannot be rounded up to a "
+		                         "multiple of %llu bytes",
+		                         origin, bytes, hgiven, RING_ALIGN);
+	plan->ring = r & ~(RING_ALIGN - 1);
+	snprintf(plan->ring_origin, sizeof(plan->ring_origin), "%s", origin);
+	return 0;
+}
+
 void placefs_plan_totals(const struct placefs_plan *plan, struct placefs_plan_totals *t)
 {
 	*t = plan->totals;
@@ -599,7 +642,16 @@ static int add_summary(const struct placefs_plan *plan, struct placefs_strbuf *s
 	if (rc)
 		return rc;
 	placefs_size_format(plan->ring, h1, sizeof(h1));
-	if (plan->has_limit) {
+	if (plan->ring_origin[0]) {
+		char h3[32];
+
+		placefs_size_format(plan->ring_min, h3, sizeof(h3));
+		rc = placefs_strbuf_addf(sb,
+		                         "ring: %" PRIu64 " bytes (%s), set by %s (at least %s, "
+		                         "the %s)\n",
+		                         plan->ring, h1, plan->ring_origin, h3,
+		                         plan->has_limit ? "staging limit" : "automatic size");
+	} else if (plan->has_limit) {
 		rc = placefs_strbuf_addf(
 		        sb, "ring: %" PRIu64 " bytes (%s), sized to the staging limit\n",
 		        plan->ring, h1);

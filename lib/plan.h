@@ -13,7 +13,8 @@
  * Ring size: with a limit, exactly the limit. Without one,
  * max(largest gpu tensor, min(total gpu bytes, PLACEFS_PLAN_AUTO_RING)),
  * rounded up to 4096, and at least 4096: room for the largest tensor and
- * for several small ones in flight.
+ * for several small ones in flight. placefs_plan_set_ring_bytes() can make
+ * the ring larger than that (-o ring_size, --ring-size), never smaller.
  *
  * A plan points into the tensors it was built from: they must outlive it.
  */
@@ -68,7 +69,32 @@ long placefs_plan_find(const struct placefs_plan *plan, const char *fname);
 
 int placefs_plan_has_limit(const struct placefs_plan *plan);
 uint64_t placefs_plan_limit(const struct placefs_plan *plan);
+/* The staging ring's size: computed at creation, or as set below. */
 uint64_t placefs_plan_ring_bytes(const struct placefs_plan *plan);
+
+/*
+ * Sets the staging ring to `bytes` rounded up to a multiple of 4096, in place
+ * of the size placefs_plan_create() computed (see "Ring size" above). A ring
+ * larger than the largest gpu tensor lets the stager load the next tensor
+ * while the current one is leased. `bytes` must be at least the computed
+ * ring: the staging limit when there is one (every gpu tensor up to the
+ * limit must fit), else the automatic size.
+ *
+ * `origin` names where the value came from ("-o ring_size", "--ring-size";
+ * NULL: "the ring size"): the error message starts with it, and the text
+ * plan's ring line says "set by <origin>" from now on (it is copied; its
+ * first 63 bytes are kept).
+ *
+ * Afterwards placefs_plan_ring_bytes(), the JSON "ring_bytes" and the text
+ * and summary outputs report the new size. Each call is checked against the
+ * computed ring, not against an earlier call's size. Returns 0, or -EINVAL
+ * with kind PLACEFS_E_USAGE and the plan unchanged: below the computed ring
+ * (the message gives the value, the minimum and why), or too close to
+ * UINT64_MAX to be rounded up. Not thread-safe: call it before the plan is
+ * shared.
+ */
+int placefs_plan_set_ring_bytes(struct placefs_plan *plan, uint64_t bytes, const char *origin,
+                                struct placefs_error *err);
 void placefs_plan_totals(const struct placefs_plan *plan, struct placefs_plan_totals *t);
 const char *placefs_placement_name(enum placefs_placement p); /* "gpu" / "cpu" */
 

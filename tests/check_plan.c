@@ -602,6 +602,122 @@ START_TEST(test_json_exact)
 }
 END_TEST
 
+/* Sets the ring and expects a refusal; returns the message. */
+static const char *set_ring_bad(struct placefs_plan *p, uint64_t bytes, const char *origin)
+{
+	static struct placefs_error err;
+	uint64_t before = placefs_plan_ring_bytes(p);
+	int rc;
+
+	placefs_error_clear(&err);
+	rc = placefs_plan_set_ring_bytes(p, bytes, origin, &err);
+	ck_assert_msg(rc == -EINVAL, "want -EINVAL, got %d (%s)", rc, err.msg);
+	ck_assert_int_eq(err.code, -EINVAL);
+	ck_assert_int_eq(err.kind, PLACEFS_E_USAGE);
+	ck_assert_ptr_null(strchr(err.msg, '\n'));
+	/* A refusal leaves the plan as it was. */
+	ck_assert_uint_eq(placefs_plan_ring_bytes(p), before);
+	return err.msg;
+}
+
+static void set_ring_ok(struct placefs_plan *p, uint64_t bytes, const char *origin, uint64_t want)
+{
+	struct placefs_error err;
+	int rc;
+
+	placefs_error_clear(&err);
+	rc = placefs_plan_set_ring_bytes(p, bytes, origin, &err);
+	ck_assert_msg(rc == 0, "set_ring_bytes(%llu) failed: %d %s", (unsigned long long)bytes, rc,
+	              err.msg);
+	ck_assert_uint_eq(placefs_plan_ring_bytes(p), want);
+}
+
+START_TEST(test_set_ring_bytes)
+{
+	struct placefs_plan *p = plan_ok(seed_tensors, 3, NULL, 0, 1, 8 * MiB);
+	struct placefs_strbuf sb;
+	const char *msg, *s;
+
+	placefs_strbuf_init(&sb);
+	ck_assert_uint_eq(placefs_plan_ring_bytes(p), 8 * MiB);
+	/* Below the limit: refused, naming the origin, the value, the minimum and why. */
+	msg = set_ring_bad(p, 8 * MiB - 1, "-o ring_size");
+	ck_assert_str_eq(msg, "-o ring_size: 8388607 bytes (8.00 MiB) is below the 8388608-byte "
+	                      "(8 MiB) staging limit: every gpu tensor up to the limit must fit "
+	                      "the ring");
+	msg = set_ring_bad(p, 4096, "--ring-size");
+	ck_assert_msg(strncmp(msg, "--ring-size: 4096 bytes (4 KiB) is below", 40) == 0, "%s", msg);
+	msg = set_ring_bad(p, 0, NULL);
+	ck_assert_msg(strncmp(msg, "the ring size: 0 bytes", 22) == 0, "%s", msg);
+	/* Equal: accepted, unchanged; larger: accepted and rounded up to 4 KiB. */
+	set_ring_ok(p, 8 * MiB, "-o ring_size", 8 * MiB);
+	set_ring_ok(p, 24 * MiB + 1, "-o ring_size", 24 * MiB + 4096);
+	set_ring_ok(p, 24 * MiB, "-o ring_size", 24 * MiB);
+	/* Each call is checked against the computed ring, not the last one set. */
+	set_ring_ok(p, 16 * MiB, "-o ring_size", 16 * MiB);
+	set_ring_bad(p, 8 * MiB - 4096, "-o ring_size");
+	ck_assert_uint_eq(placefs_plan_ring_bytes(p), 16 * MiB);
+	/* Rounding up past 2^64 is refused; the last multiple of 4096 is fine. */
+	msg = set_ring_bad(p, UINT64_MAX, "-o ring_size");
+	ck_assert_msg(strstr(msg, "18446744073709551615 bytes") &&
+	                      strstr(msg, "cannot be rounded up to a multiple of 4096 bytes"),
+	              "%s", msg);
+	set_ring_bad(p, UINT64_MAX - 4094, "-o ring_size");
+	set_ring_ok(p, UINT64_MAX - 4095, "-o ring_size", UINT64_MAX - 4095);
+	set_ring_ok(p, UINT64_MAX - 8190, "-o ring_size", UINT64_MAX - 4095);
+
+	/* JSON and text report the new size; the text says who set it. */
+	set_ring_ok(p, 24 * MiB, "-o ring_size", 24 * MiB);
+	ck_assert_int_eq(placefs_plan_format_json(p, "m", &sb), 0);
+	ck_assert_ptr_nonnull(strstr(placefs_strbuf_cstr(&sb),
+	                             "{\"source\": \"m\", \"buffer_size\": 8388608, "
+	                             "\"ring_bytes\": 25165824, \"tensors\": ["));
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_plan_format_summary(p, &sb), 0);
+	s = placefs_strbuf_cstr(&sb);
+	ck_assert_msg(strstr(s, "staging limit: 8388608 bytes (8 MiB): larger tensors are read "
+	                        "on the cpu\n"
+	                        "ring: 25165824 bytes (24 MiB), set by -o ring_size (at least "
+	                        "8 MiB, the staging limit)\n"),
+	              "%s", s);
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_plan_format_text(p, "m", &sb), 0);
+	ck_assert_ptr_nonnull(strstr(placefs_strbuf_cstr(&sb), "set by -o ring_size"));
+	placefs_plan_free(p);
+
+	/* A limit that is not a multiple of 4 KiB: equal is accepted, then rounded. */
+	p = plan_ok(seed_tensors, 3, NULL, 0, 1, 1000);
+	ck_assert_uint_eq(placefs_plan_ring_bytes(p), 1000);
+	set_ring_bad(p, 999, "-o ring_size");
+	set_ring_ok(p, 1000, "-o ring_size", 4096);
+	placefs_plan_free(p);
+
+	/* No limit: the minimum is the automatic ring (18 MiB here). */
+	p = plan_ok(seed_tensors, 3, NULL, 0, 0, 0);
+	ck_assert_uint_eq(placefs_plan_ring_bytes(p), 18 * MiB);
+	msg = set_ring_bad(p, 9 * MiB, "--ring-size");
+	ck_assert_str_eq(msg, "--ring-size: 9437184 bytes (9 MiB) is below the 18874368-byte "
+	                      "(18 MiB) automatic ring (there is no staging limit): the ring is "
+	                      "never smaller than max(largest gpu tensor, min(gpu total, "
+	                      "256 MiB)), rounded up to 4096 bytes");
+	set_ring_ok(p, 36 * MiB, "--ring-size", 36 * MiB);
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_plan_format_summary(p, &sb), 0);
+	ck_assert_ptr_nonnull(strstr(placefs_strbuf_cstr(&sb),
+	                             "\nring: 37748736 bytes (36 MiB), set by --ring-size (at "
+	                             "least 18 MiB, the automatic size)\n"));
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_plan_format_json(p, "m", &sb), 0);
+	ck_assert_ptr_nonnull(strstr(placefs_strbuf_cstr(&sb),
+	                             "\"buffer_size\": null, \"ring_bytes\": 37748736, "));
+	placefs_plan_free(p);
+
+	/* A NULL plan is an API misuse. */
+	ck_assert_int_eq(placefs_plan_set_ring_bytes(NULL, MiB, "x", NULL), -EINVAL);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
 /* Collapses runs of two or more spaces into '|' so that columns can be compared. */
 static void columns(const char *line, size_t len, char *out, size_t outlen)
 {
@@ -930,6 +1046,7 @@ static Suite *plan_suite(void)
 	tcase_add_test(tc, test_size_overflows);
 	tcase_add_test(tc, test_json_exact);
 	tcase_add_test(tc, test_text);
+	tcase_add_test(tc, test_set_ring_bytes);
 	tcase_add_test(tc, test_sweep_default);
 	tcase_add_test(tc, test_sweep_small_and_prefixes);
 	tcase_add_test(tc, test_sweep_errors);

@@ -17,8 +17,11 @@
 #   - a multi-shard checkpoint: placefs-stage --all --verify in both modes in
 #     checkpoint order, 8 concurrent clients, 2 worker threads with 4 clients,
 #     the ring's high-water mark within its size;
+#   - -o ring_size three times the limit: the ring's size in the plan, stats,
+#     ring info ioctl and log, every gpu tensor staged byte-exact; below the
+#     limit refused (exit 2); ignored with -o device=none;
 #   - -o device=none, the default device, cuda:0 without a GPU (exit 12),
-#     bad -o device/host_buffer values, the daemonized start.
+#     bad -o device/host_buffer/ring_size values, the daemonized start.
 TEST_TIMEOUT=${TEST_TIMEOUT:-240}
 . "$(dirname "$0")/lib.sh"
 require_fuse
@@ -346,6 +349,66 @@ done
 note "4 clients on 2 workers, 256 KiB host buffer, no prefetch: ok"
 umount_fs "$MP"
 
+# ---- -o ring_size: a ring three times the limit ----------------------------------------------
+# A 2000000-byte limit with -o ring_size=6000000: the ring is 6000000 rounded up
+# to 4 KiB (6000640 bytes) everywhere it shows (plan, plan.json, stats, the
+# ring info ioctl, the log), and every gpu tensor still stages byte-exact.
+mount_fs multi "$MP" -o buffer_size=2000000,ring_size=6000000,device=host
+grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 6000640 bytes \(5\.72 MiB, one allocation\)' \
+	"$MOUNT_LOG" || fail "ring_size: no staging line with the 6000640-byte ring in the log"
+grep -q '^placefs: ring: 6000640 bytes (5.72 MiB), set by -o ring_size (at least 1.91 MiB, the staging limit)$' \
+	"$MOUNT_LOG" || fail "ring_size: the plan summary in the log does not say who set the ring"
+grep -q '^ring: 6000640 bytes (5.72 MiB), set by -o ring_size ' "$MP/.placefs/plan" ||
+	fail "ring_size: .placefs/plan: $(grep '^ring' "$MP/.placefs/plan")"
+[ "$(stat_get staging.ring_bytes)" = 6000640 ] ||
+	fail "ring_size: stats ring_bytes $(stat_get staging.ring_bytes), expected 6000640"
+"$PYTHON" - "$MP" "$top_srcdir/tools" <<'EOF' || fail "ring_size: plan.json or the ring info ioctl"
+import json, os, sys
+sys.path.insert(0, sys.argv[2])
+import placefs
+mnt = sys.argv[1]
+p = json.load(open(os.path.join(mnt, ".placefs", "plan.json")))
+assert p["buffer_size"] == 2000000 and p["ring_bytes"] == 6000640, (p["buffer_size"], p["ring_bytes"])
+gpu = [t for t in p["tensors"] if t["placement"] == "gpu"]
+with open(os.path.join(mnt, placefs.encode_name(gpu[0]["name"])), "rb") as f:
+    ri = placefs.ring_info(f)
+assert ri.ring_bytes == 6000640, ri
+EOF
+# placefs-plan --ring-size with the same values prints the same plan.json.
+tmo 20 "$PLAN" --json --buffer-size 2000000 --ring-size 6000000 multi >ring.json ||
+	fail "placefs-plan --ring-size"
+cmp -s "$MP/.placefs/plan.json" ring.json ||
+	fail "ring_size: plan.json differs from placefs-plan --ring-size"
+ngpu=$("$PYTHON" -c 'import json, sys
+print(sum(t["placement"] == "gpu" for t in json.load(open(sys.argv[1]))["tensors"]))' ring.json)
+for mode in copy borrow; do
+	out=$(tmo 60 "$STAGE" --mode $mode --verify -q --all "$MP") || fail "ring_size --all $mode: $out"
+	echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" ||
+		fail "ring_size --all $mode: $out"
+done
+hw=$(stat_get staging.ring_high_water)
+[ "$hw" -gt 0 ] && [ "$hw" -le 6000640 ] || fail "ring_size: high-water $hw outside (0, 6000640]"
+note "-o ring_size=6000000, limit 2000000: ring 6000640 bytes, $ngpu tensors verified in both modes, high-water $hw"
+umount_fs "$MP"
+
+# Below the limit: exit 2 (a bad option value), a message naming ring_size, nothing mounted.
+for opts in buffer_size=2000000,ring_size=1999999,device=host buffer_size=2M,ring_size=1M; do
+	st=0
+	tmo 20 "$PLACEFS" -f -o "$opts" multi "$MP" >bad.out 2>&1 || st=$?
+	[ "$st" -eq 2 ] || fail "-o $opts: exit $st, expected 2: $(cat bad.out)"
+	grep -q '^placefs: -o ring_size: [0-9]* bytes (.*) is below the [0-9]*-byte (.*) staging limit: every gpu tensor up to the limit must fit the ring$' \
+		bad.out || fail "-o $opts: message $(cat bad.out)"
+	is_mounted "$MP" && fail "-o $opts left a mount"
+done
+note "ring_size below the limit refused: $(cat bad.out)"
+# With -o device=none there is no ring: the option is ignored (and logged), even a small one.
+mount_fs multi "$MP" -o buffer_size=2M,ring_size=1M,device=none
+grep -q '^placefs: -o ring_size=1048576 ignored: staging is disabled (-o device=none), so there is no ring$' \
+	"$MOUNT_LOG" || fail "device=none: ring_size not reported as ignored"
+grep -q '^ring: 2097152 bytes (2 MiB), sized to the staging limit$' "$MP/.placefs/plan" ||
+	fail "device=none: ring_size applied to the plan"
+umount_fs "$MP"
+
 # ---- staging off, the default, a CUDA device that is not there, bad values -------------------
 mount_fs seed.safetensors "$MP" -o buffer_size=8M,device=none
 grep -q '^placefs: staging: disabled (-o device=none)$' "$MOUNT_LOG" || fail "device=none log"
@@ -383,7 +446,7 @@ else
 	note "cuda:0 refused: $(cat cuda.out)"
 fi
 for opt in device=cuda:1024 device=cuda:-1 device=gpu host_buffer=1K host_buffer=8G \
-	host_buffer=lots; do
+	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M; do
 	st=0
 	tmo 20 "$PLACEFS" -f -o "$opt" seed.safetensors "$MP" >bad.out 2>&1 || st=$?
 	[ "$st" -eq 2 ] || fail "-o $opt: exit $st, expected 2: $(cat bad.out)"

@@ -206,6 +206,38 @@ expect 4 "$PLAN" --sweep=1M,,2M "$SEED"
 expect 4 "$PLAN" --sweep= "$SEED"
 expect 2 "$PLAN" --sweep --json "$SEED"
 
+# ---- --ring-size: a ring larger than the limit ----
+# Rounded up to 4 KiB; plan.json's ring_bytes and the text's ring line follow.
+expect 0 "$PLAN" --buffer-size 8M --ring-size 25165825 "$SEED"
+out_has "staging limit: 8388608 bytes (8 MiB): larger tensors are read on the cpu"
+out_has "ring: 25169920 bytes (24.00 MiB), set by --ring-size (at least 8 MiB, the staging limit)"
+[ "$(placement edge)" = gpu ] || fail "--ring-size: edge should stay gpu"
+[ "$(placement big)" = cpu ] || fail "--ring-size: big should stay cpu"
+expect 0 "$PLAN" --buffer-size 8M --ring-size 24M --json "$SEED"
+out_has '"buffer_size": 8388608, "ring_bytes": 25165824, "tensors": ['
+# Exactly the limit is accepted; without a limit the minimum is the automatic 18 MiB.
+expect 0 "$PLAN" --buffer-size 8M --ring-size 8M --json "$SEED"
+out_has '"buffer_size": 8388608, "ring_bytes": 8388608, '
+expect 0 env "$ENVVAR=8M" "$PLAN" --ring-size 16M --json "$SEED"
+out_has '"buffer_size": 8388608, "ring_bytes": 16777216, '
+expect 0 "$PLAN" --ring-size 36M "$SEED"
+out_has "ring: 37748736 bytes (36 MiB), set by --ring-size (at least 18 MiB, the automatic size)"
+# Too small, malformed or unroundable: exit 2 (a bad option value), naming --ring-size.
+expect 2 "$PLAN" --buffer-size 8M --ring-size 4M "$SEED"
+err_has "placefs-plan: --ring-size: 4194304 bytes (4 MiB) is below the 8388608-byte (8 MiB) staging limit: every gpu tensor up to the limit must fit the ring"
+expect 2 env "$ENVVAR=8M" "$PLAN" --ring-size 8388607 "$SEED"
+err_has "--ring-size: 8388607 bytes"
+expect 2 "$PLAN" --ring-size 17M "$SEED"
+err_has "--ring-size: 17825792 bytes (17 MiB) is below the 18874368-byte (18 MiB) automatic ring"
+expect 2 "$PLAN" --ring-size 18446744073709551615 "$SEED"
+err_has "cannot be rounded up to a multiple of 4096 bytes"
+expect 2 "$PLAN" --ring-size 8.5M "$SEED"
+err_has '--ring-size="8.5M"'
+expect 2 "$PLAN" --ring-size 0 "$SEED"
+expect 2 "$PLAN" --ring-size 16M --sweep "$SEED"
+err_has "--ring-size and --sweep cannot be combined"
+expect 2 "$PLAN" "$SEED" --ring-size
+
 # ---- prefixes, on a small Llama-shaped model in two shards with an index ----
 LL="$T/llama"
 "$MK" -q --llama 2:64:128:256 --shards 2 --index "$LL"
@@ -310,6 +342,7 @@ fi
 expect 0 "$PLAN" --help
 out_has "usage: placefs-plan"
 out_has "$ENVVAR"
+out_has "--ring-size SIZE"
 expect 0 "$PLAN" -h
 version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"$/\1/p' "$top_builddir/config.h")
 expect 0 "$PLAN" --version

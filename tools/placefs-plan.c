@@ -22,8 +22,8 @@
 #define ENV_LIMIT "INSTANTTENSOR_BUFFER_SIZE"
 
 static const char usage_text[] =
-        "usage: " PROG " [--buffer-size SIZE] [--prefix P]... [--index FILE] [--json]\n"
-        "                    [--sweep[=LIST]] SOURCE\n";
+        "usage: " PROG " [--buffer-size SIZE] [--ring-size SIZE] [--prefix P]...\n"
+        "                    [--index FILE] [--json] [--sweep[=LIST]] SOURCE\n";
 
 static const char help_text[] =
         "Shows which tensors of a safetensors checkpoint a placefs mount would expose\n"
@@ -36,6 +36,9 @@ static const char help_text[] =
         "                      $" ENV_LIMIT ", else no limit). SIZE is digits\n"
         "                      with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix\n"
         "                      (powers of 1024).\n"
+        "  --ring-size SIZE    device memory of the staging ring (default: the\n"
+        "                      staging limit, else an automatic size); at least\n"
+        "                      that default\n"
         "  --prefix P          select only tensors whose names start with P\n"
         "                      (case-sensitive; repeatable; default: all)\n"
         "  --index FILE        use this index instead of model.safetensors.index.json\n"
@@ -136,10 +139,11 @@ static int is_long(const char *arg)
 	return strncmp(arg, "--", 2) == 0;
 }
 
-enum { OPT_BUFFER_SIZE = 256, OPT_PREFIX, OPT_INDEX, OPT_JSON, OPT_SWEEP };
+enum { OPT_BUFFER_SIZE = 256, OPT_RING_SIZE, OPT_PREFIX, OPT_INDEX, OPT_JSON, OPT_SWEEP };
 
 static const struct option long_opts[] = {
         {"buffer-size", required_argument, NULL, OPT_BUFFER_SIZE},
+        {"ring-size", required_argument, NULL, OPT_RING_SIZE},
         {"prefix", required_argument, NULL, OPT_PREFIX},
         {"index", required_argument, NULL, OPT_INDEX},
         {"json", no_argument, NULL, OPT_JSON},
@@ -151,10 +155,11 @@ static const struct option long_opts[] = {
 
 int main(int argc, char **argv)
 {
-	const char *buffer_size = NULL, *index = NULL, *sweep_list = NULL, *source;
+	const char *buffer_size = NULL, *ring_size = NULL, *index = NULL, *sweep_list = NULL;
+	const char *source;
 	const char **prefixes = NULL;
 	size_t nprefixes = 0, nlimits = 0;
-	uint64_t *limits = NULL;
+	uint64_t *limits = NULL, ring_bytes = 0;
 	int json = 0, sweep = 0, c, status = PLACEFS_EXIT_OK;
 	struct placefs_plan_options opt = {0};
 	struct placefs_ckpt *ck = NULL;
@@ -174,6 +179,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":hV", long_opts, NULL)) != -1) {
 		switch (c) {
 		case OPT_BUFFER_SIZE: buffer_size = optarg; break;
+		case OPT_RING_SIZE: ring_size = optarg; break;
 		case OPT_PREFIX: prefixes[nprefixes++] = optarg; break;
 		case OPT_INDEX: index = optarg; break;
 		case OPT_JSON: json = 1; break;
@@ -219,6 +225,11 @@ int main(int argc, char **argv)
 		status = usage_error("--json and --sweep cannot be combined");
 		goto out;
 	}
+	if (ring_size && sweep) {
+		/* Each candidate limit has its own ring; one size cannot fit them all. */
+		status = usage_error("--ring-size and --sweep cannot be combined");
+		goto out;
+	}
 
 	/* The option wins over the environment; a set but empty variable is an error. */
 	if (buffer_size) {
@@ -229,6 +240,11 @@ int main(int argc, char **argv)
 		if (placefs_size_parse(getenv(ENV_LIMIT), ENV_LIMIT, &opt.limit, &err))
 			goto fail;
 		opt.has_limit = 1;
+	}
+	if (ring_size && placefs_size_parse(ring_size, "--ring-size", &ring_bytes, &err)) {
+		/* Not the staging limit: a plain bad option value. */
+		err.kind = PLACEFS_E_USAGE;
+		goto fail;
 	}
 	if (sweep_list && parse_sweep(sweep_list, &limits, &nlimits, &err))
 		goto fail;
@@ -246,6 +262,9 @@ int main(int argc, char **argv)
 
 		if (placefs_plan_create(placefs_ckpt_tensors(ck), placefs_ckpt_tensor_count(ck),
 		                        &opt, &plan, &err))
+			goto fail;
+		/* Checked against the plan's own ring: the limit, or the automatic size. */
+		if (ring_size && placefs_plan_set_ring_bytes(plan, ring_bytes, "--ring-size", &err))
 			goto fail;
 		rc = json ? placefs_plan_format_json(plan, source, &sb)
 		          : placefs_plan_format_text(plan, source, &sb);

@@ -11,26 +11,32 @@
 #   - from local disk with the page cache dropped, against dd iflag=direct of
 #     the same shard files (the storage ceiling).
 #
-#   tests/bench/gpu.sh [--layers N] [--limit SIZE] [--disk-layers N] [--disk-dir DIR]
+#   tests/bench/gpu.sh [--layers N] [--limit SIZE] [--ring SIZE] [--disk-layers N]
+#                      [--disk-dir DIR]
 #
 # Default: 20 layers of a 4096/11008 Llama shape in bf16 (8.6 GB) in /dev/shm,
-# limit 128 MiB (the 250 MiB embedding and head go to the cpu). Results go to
-# stdout and ${OUT:-/tmp}/gpu-bench.txt.
+# limit 128 MiB (the 250 MiB embedding and head go to the cpu). --ring adds
+# -o ring_size=SIZE to both mounts (default: none, the ring is the limit).
+# Results go to stdout and ${OUT:-/tmp}/gpu-bench.txt.
 . "$(dirname "$0")/common.sh"
 layers=20
 limit=128MiB
+ring_size=
 disk_layers=8
 disk_dir=/var/tmp
 while [ $# -gt 0 ]; do
 	case $1 in
 	--layers) layers=$2; shift ;;
 	--limit) limit=$2; shift ;;
+	--ring) ring_size=$2; shift ;;
 	--disk-layers) disk_layers=$2; shift ;;
 	--disk-dir) disk_dir=$2; shift ;;
-	*) echo "usage: $0 [--layers N] [--limit SIZE] [--disk-layers N] [--disk-dir DIR]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--layers N] [--limit SIZE] [--ring SIZE] [--disk-layers N] [--disk-dir DIR]" >&2; exit 2 ;;
 	esac
 	shift
 done
+# The same staging options for both mounts; the ring only when --ring says.
+mount_opts="device=cuda:0,buffer_size=$limit${ring_size:+,ring_size=$ring_size}"
 out=${OUT:-/tmp}
 res=$out/gpu-bench.txt
 : >"$res"
@@ -57,8 +63,8 @@ mnt=$bench_work/mnt
 "$MKCKPT" --quiet --llama "$layers:4096:11008:32000" --shards 4 --index "$src"
 total=$(du -sb "$src" | cut -f1)
 say "gpu-bench: $(nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader)"
-say "checkpoint: $layers layers, $total bytes in /dev/shm, staging limit $limit"
-"$PLAN" --buffer-size "$limit" "$src" | tail -n 4 | tee -a "$res"
+say "checkpoint: $layers layers, $total bytes in /dev/shm, staging limit $limit, ring ${ring_size:-the limit}"
+"$PLAN" --buffer-size "$limit" ${ring_size:+--ring-size "$ring_size"} "$src" | tail -n 4 | tee -a "$res"
 
 ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
 say "$ceil"
@@ -68,7 +74,7 @@ say "$peer"
 peer_g=$(printf '%s' "$peer" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
 
 t0=$(now_ns)
-bench_mount "$src" "$mnt" -o "device=cuda:0,buffer_size=$limit"
+bench_mount "$src" "$mnt" -o "$mount_opts"
 t1=$(now_ns)
 pid=$(daemon_pid "$mnt")
 say "mount (cuda ring + pinned buffers): $(python3 -c "print('%.3f' % (($t1-$t0)/1e9))") s"
@@ -136,7 +142,7 @@ dbytes=$(cat "$dsrc"/ckpt/*.safetensors | wc -c)
 dd_g=$(python3 -c "print('%.2f' % ($dbytes/(($t1-$t0)/1e9)/1e9))")
 say "disk ceiling: dd iflag=direct bs=16M of $dbytes bytes in $disk_dir: $dd_g GB/s"
 echo 3 >/proc/sys/vm/drop_caches
-bench_mount "$dsrc/ckpt" "$mnt" -o "device=cuda:0,buffer_size=$limit"
+bench_mount "$dsrc/ckpt" "$mnt" -o "$mount_opts"
 line=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
 say "placefs-stage copy, cold cache from disk: $line"
 cold_g=$(printf '%s\n' "$line" | gbps_of)

@@ -8,7 +8,11 @@
  *   readbench [-t THREADS] [-b BLOCK] [-c] MANIFEST
  *
  * MANIFEST: one range per line, "PATH<TAB>OFFSET<TAB>LENGTH". Ranges are
- * handed to threads in order from a shared counter. -c adds a checksum of all
+ * handed to threads from a shared counter, longest first (ties in manifest
+ * order), so that one large tensor taken last cannot leave every other
+ * thread idle at the end: with whole tensors as work items, manifest order
+ * measured the tail of the largest tensor more than the readers' throughput.
+ * -c adds a checksum of all
  * bytes read (FNV-1a over each block, combined per range in manifest order)
  * so two runs can be compared for equality. Prints one line:
  *   bytes=N seconds=S gbps=G checksum=X
@@ -33,6 +37,7 @@ struct range {
 };
 
 static struct range *ranges;
+static size_t *order; /* indexes into ranges, longest first */
 static size_t nranges;
 static atomic_size_t next_range;
 static size_t block = 1 << 20;
@@ -65,7 +70,7 @@ static void *worker(void *arg)
 
 		if (i >= nranges)
 			break;
-		r = &ranges[i];
+		r = &ranges[order[i]];
 		fd = open(r->path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			fprintf(stderr, "readbench: %s: %s\n", r->path, strerror(errno));
@@ -132,6 +137,15 @@ static int load_manifest(const char *file)
 	return 0;
 }
 
+static int longest_first(const void *a, const void *b)
+{
+	const struct range *x = &ranges[*(const size_t *)a], *y = &ranges[*(const size_t *)b];
+
+	if (x->len != y->len)
+		return x->len < y->len ? 1 : -1;
+	return x < y ? -1 : x > y;
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 1, opt;
@@ -156,6 +170,12 @@ int main(int argc, char **argv)
 	}
 	if (load_manifest(argv[optind]))
 		return 1;
+	order = calloc(nranges ? nranges : 1, sizeof(*order));
+	if (!order)
+		abort();
+	for (size_t i = 0; i < nranges; i++)
+		order[i] = i;
+	qsort(order, nranges, sizeof(*order), longest_first);
 	tids = calloc((size_t)threads, sizeof(*tids));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < threads; i++)
@@ -172,6 +192,7 @@ int main(int argc, char **argv)
 	printf("bytes=%" PRIu64 " seconds=%.4f gbps=%.3f checksum=%016" PRIx64 "\n", total, secs,
 	       (double)total / secs / 1e9, do_sum ? sum : 0);
 	free(ranges);
+	free(order);
 	free(tids);
 	return atomic_load(&failed) ? 1 : 0;
 }
