@@ -43,6 +43,7 @@
 #include "error.h"
 #include "log.h"
 #include "ops.h"
+#include "push.h"
 #include "opts.h"
 #include "safetensors.h"
 #include "size.h"
@@ -352,9 +353,14 @@ int main(int argc, char *argv[])
 		goto out_signals;
 	}
 	status = PLACEFS_EXIT_MOUNT;
+	/* Threads start here, after daemon_start() has forked. */
+	if (placefs_push_create(&m, opts.push_threads, &m.push, &err) < 0) {
+		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
+		goto out_stage;
+	}
 	if (fuse_session_mount(se, opts.mountpoint) != 0) {
 		fprintf(stderr, "placefs: cannot mount on %s\n", opts.mountpoint);
-		goto out_stage;
+		goto out_push;
 	}
 	find_bdi(opts.mountpoint, m.bdi, sizeof(m.bdi));
 	daemon_ready(&ready_fd);
@@ -378,7 +384,11 @@ int main(int argc, char *argv[])
 	}
 	/* Replies from staging threads must not outlive the session's descriptor. */
 	placefs_fs_stage_shutdown(&m);
+	placefs_push_stop(m.push);
 	fuse_session_unmount(se);
+out_push:
+	placefs_push_free(m.push);
+	m.push = NULL;
 out_stage:
 	placefs_fs_stage_free(&m);
 out_signals:

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "name.h"
 #include "ops.h"
+#include "push.h"
 #include "stage.h"
 
 #define XATTR_PREFIX "user.placefs."
@@ -441,7 +442,7 @@ int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *s
 		                                         placefs_ckpt_shard(m->ckpt, i)->file)) < 0)
 			return rc;
 	}
-	if ((rc = placefs_strbuf_adds(sb, "]")) < 0)
+	if ((rc = placefs_strbuf_adds(sb, "]")) < 0 || (rc = placefs_push_stats(m->push, sb)) < 0)
 		return rc;
 	if (m->stats_hook && (rc = m->stats_hook(m, sb)) < 0)
 		return rc;
@@ -761,6 +762,7 @@ static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino,
 			map_reply_failed(m, t->shard, pos, rc);
 			return;
 		}
+		placefs_push_note(m->push, (size_t)(ino - PLACEFS_INO_FIRST), (uint64_t)off, len);
 		goto done;
 	}
 

@@ -84,6 +84,7 @@ struct placefs_shard_health {
 };
 
 struct placefs_mount;
+struct placefs_push;
 
 /*
  * Appends zero or more JSON object members, each written as `, "key": value`,
@@ -124,6 +125,7 @@ struct placefs_mount {
 
 	atomic_uint_fast64_t next_fh; /* the last tensor file handle number given out */
 
+	struct placefs_push *push;     /* page-cache pusher (fs/push.c), or NULL: off */
 	void *stage;                   /* GPU staging state (fs/stage.c) */
 	placefs_stats_hook stats_hook; /* NULL, or the staging code's members */
 };

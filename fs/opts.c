@@ -25,6 +25,7 @@ struct parse_ctx {
 	char *readahead;
 	char *host_buffer;
 	char *ring_size;
+	char *push_threads;
 	int noprefetch;
 	char *mountpoint;
 	char *extra; /* the first surplus positional, for the message */
@@ -52,6 +53,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("readahead=%s", readahead),
         CTX_OPT("host_buffer=%s", host_buffer),
         CTX_OPT("ring_size=%s", ring_size),
+        CTX_OPT("push_threads=%s", push_threads),
         {"noprefetch", offsetof(struct parse_ctx, noprefetch), 1},
         FUSE_OPT_KEY("prefix=", KEY_PREFIX),
         /* Noted here, then kept for fuse_parse_cmdline() which parses the value. */
@@ -226,6 +228,7 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->max_idle_threads = UINT_MAX;
 	o->device = PLACEFS_DEVICE_AUTO;
 	o->prefetch = 1;
+	o->push_threads = PLACEFS_PUSH_THREADS;
 
 	if (fuse_opt_parse(&o->args, &ctx, placefs_opt_spec, opt_proc) != 0) {
 		if (ctx.nomem)
@@ -331,6 +334,21 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 		}
 	}
 	o->prefetch = !ctx.noprefetch;
+	if (ctx.push_threads) {
+		char *end;
+		unsigned long v;
+
+		errno = 0;
+		v = strtoul(ctx.push_threads, &end, 10);
+		if (ctx.push_threads[0] < '0' || ctx.push_threads[0] > '9' || *end != '\0' ||
+		    errno != 0 || v > PLACEFS_PUSH_THREADS_MAX) {
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                       "invalid -o push_threads value '%s' (from 0 to %d)",
+			                       ctx.push_threads, PLACEFS_PUSH_THREADS_MAX);
+			goto out;
+		}
+		o->push_threads = (unsigned)v;
+	}
 	if (ctx.readahead) {
 		/* 0 keeps the kernel's default; anything else is a size. */
 		if (strcmp(ctx.readahead, "0") == 0)
@@ -381,6 +399,7 @@ out:
 	free(ctx.device);
 	free(ctx.read_mode);
 	free(ctx.readahead);
+	free(ctx.push_threads);
 	free(ctx.host_buffer);
 	free(ctx.ring_size);
 	free(ctx.mountpoint);
@@ -432,7 +451,9 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           from a read-only mapping of each shard) or pread\n"
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"
 	        "                           when permitted (default: 16M; 0 = kernel default)\n"
+	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
+	        "                           that starts a tensor at byte 0 (default: %d; 0 = off)\n"
 	        "    -o max_threads=N       worker threads (default: %d)\n"
 	        "\n",
-	        prog, PLACEFS_MIN_THREADS);
+	        prog, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS);
 }

@@ -25,9 +25,11 @@
 
 #include "error.h"
 
-#define PLACEFS_MIN_THREADS 16          /* worker threads unless -o max_threads= says otherwise */
-#define PLACEFS_MAX_READ    (1u << 20)  /* bytes per FUSE READ request */
-#define PLACEFS_READAHEAD   (16u << 20) /* default -o readahead= (kernel: 128 KiB) */
+#define PLACEFS_PUSH_THREADS     4 /* page-cache pushers (fs/push.h) unless -o push_threads= */
+#define PLACEFS_PUSH_THREADS_MAX 64
+#define PLACEFS_MIN_THREADS      16 /* worker threads unless -o max_threads= says otherwise */
+#define PLACEFS_MAX_READ         (1u << 20)  /* bytes per FUSE READ request */
+#define PLACEFS_READAHEAD        (16u << 20) /* default -o readahead= (kernel: 128 KiB) */
 
 enum placefs_device_kind {
 	PLACEFS_DEVICE_NONE = 0, /* no staging (-o device=none) */
@@ -57,10 +59,11 @@ struct placefs_opts {
 	uint64_t limit;
 	const char *limit_origin; /* "-o buffer_size" or "INSTANTTENSOR_BUFFER_SIZE" */
 	enum placefs_device_kind device;
-	int device_index;     /* for PLACEFS_DEVICE_CUDA */
-	uint64_t host_buffer; /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
-	uint64_t ring_size;   /* -o ring_size=, bytes; 0 = the plan's own ring (lib/plan.h) */
-	int prefetch;         /* 1 unless -o noprefetch */
+	int device_index;      /* for PLACEFS_DEVICE_CUDA */
+	uint64_t host_buffer;  /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
+	uint64_t ring_size;    /* -o ring_size=, bytes; 0 = the plan's own ring (lib/plan.h) */
+	int prefetch;          /* 1 unless -o noprefetch */
+	unsigned push_threads; /* -o push_threads=, PLACEFS_PUSH_THREADS unless given; 0 = off */
 	enum placefs_read_mode read_mode;
 	uint64_t readahead; /* bytes; 0 = leave the kernel's default */
 

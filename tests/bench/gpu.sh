@@ -16,7 +16,9 @@
 #
 # Default: 20 layers of a 4096/11008 Llama shape in bf16 (8.6 GB) in /dev/shm,
 # limit 128 MiB (the 250 MiB embedding and head go to the cpu). --ring adds
-# -o ring_size=SIZE to both mounts (default: none, the ring is the limit).
+# -o ring_size=SIZE to both mounts (default: none, the ring is the limit), and
+# then also measures copy and borrow mode with the default ring (= the limit)
+# on the same checkpoint, side by side. --disk-layers 0 skips the disk part.
 # Results go to stdout and ${OUT:-/tmp}/gpu-bench.txt.
 . "$(dirname "$0")/common.sh"
 layers=20
@@ -126,27 +128,42 @@ cat "$mnt/.placefs/stats" >>"$res"
 echo >>"$res"
 bench_umount "$mnt"
 
+# With --ring: the same passes with the default ring (the staging limit).
+if [ -n "$ring_size" ]; then
+	bench_mount "$src" "$mnt" -o "device=cuda:0,buffer_size=$limit"
+	for mode in copy borrow copy borrow; do
+		line=$("$PLACEFS_STAGE" --all "$mnt" --mode "$mode" -q | tail -n 1)
+		say "placefs-stage $mode, ring = limit: $line"
+		g=$(printf '%s\n' "$line" | gbps_of)
+		eval "lim_$mode=\$(python3 -c \"print(max(float('\${lim_$mode:-0}'), float('$g')))\")"
+	done
+	bench_umount "$mnt"
+fi
+
+[ "$disk_layers" -gt 0 ] || disk_dir=
 # Disk with a cold page cache.
-dsrc=$(mktemp -d "$disk_dir/placefs-disk.XXXXXX")
-bench_mounts="$bench_mounts"
-trap 'bench_cleanup; rm -rf "$dsrc"' EXIT INT TERM
-"$MKCKPT" --quiet --llama "$disk_layers:4096:11008:32000" --shards 4 --index "$dsrc/ckpt"
-sync
-echo 3 >/proc/sys/vm/drop_caches
-t0=$(now_ns)
-for f in "$dsrc"/ckpt/*.safetensors; do
-	dd if="$f" of=/dev/null bs=16M iflag=direct status=none
-done
-t1=$(now_ns)
-dbytes=$(cat "$dsrc"/ckpt/*.safetensors | wc -c)
-dd_g=$(python3 -c "print('%.2f' % ($dbytes/(($t1-$t0)/1e9)/1e9))")
-say "disk ceiling: dd iflag=direct bs=16M of $dbytes bytes in $disk_dir: $dd_g GB/s"
-echo 3 >/proc/sys/vm/drop_caches
-bench_mount "$dsrc/ckpt" "$mnt" -o "$mount_opts"
-line=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
-say "placefs-stage copy, cold cache from disk: $line"
-cold_g=$(printf '%s\n' "$line" | gbps_of)
-bench_umount "$mnt"
+if [ -n "$disk_dir" ]; then
+	dsrc=$(mktemp -d "$disk_dir/placefs-disk.XXXXXX")
+	bench_mounts="$bench_mounts"
+	trap 'bench_cleanup; rm -rf "$dsrc"' EXIT INT TERM
+	"$MKCKPT" --quiet --llama "$disk_layers:4096:11008:32000" --shards 4 --index "$dsrc/ckpt"
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	t0=$(now_ns)
+	for f in "$dsrc"/ckpt/*.safetensors; do
+		dd if="$f" of=/dev/null bs=16M iflag=direct status=none
+	done
+	t1=$(now_ns)
+	dbytes=$(cat "$dsrc"/ckpt/*.safetensors | wc -c)
+	dd_g=$(python3 -c "print('%.2f' % ($dbytes/(($t1-$t0)/1e9)/1e9))")
+	say "disk ceiling: dd iflag=direct bs=16M of $dbytes bytes in $disk_dir: $dd_g GB/s"
+	echo 3 >/proc/sys/vm/drop_caches
+	bench_mount "$dsrc/ckpt" "$mnt" -o "$mount_opts"
+	line=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+	say "placefs-stage copy, cold cache from disk: $line"
+	cold_g=$(printf '%s\n' "$line" | gbps_of)
+	bench_umount "$mnt"
+fi
 
 say ""
 say "figure                               GB/s    ratio"
@@ -154,5 +171,11 @@ say "$(printf '%-34s %7s  %s' 'pinned H2D ceiling (torch)' "$ceil_g" '1.00')"
 say "$(printf '%-34s %7s  %s' 'peer: safetensors load_file' "$peer_g" "$(ratio "$peer_g" "$ceil_g") x ceiling")"
 say "$(printf '%-34s %7s  %s' 'placefs copy (placefs-stage)' "$best_copy" "$(ratio "$best_copy" "$ceil_g") x ceiling, $(ratio "$best_copy" "$peer_g") x peer")"
 say "$(printf '%-34s %7s  %s' 'placefs borrow (placefs-stage)' "$best_borrow" "$(ratio "$best_borrow" "$best_copy") x copy")"
-say "$(printf '%-34s %7s  %s' 'disk ceiling: dd iflag=direct' "$dd_g" '1.00')"
-say "$(printf '%-34s %7s  %s' 'placefs copy, cold, from disk' "$cold_g" "$(ratio "$cold_g" "$dd_g") x dd")"
+if [ -n "$ring_size" ]; then
+	say "$(printf '%-34s %7s  %s' 'copy, ring = limit' "$lim_copy" "$(ratio "$lim_copy" "$ceil_g") x ceiling")"
+	say "$(printf '%-34s %7s  %s' 'borrow, ring = limit' "$lim_borrow" "$(ratio "$lim_borrow" "$lim_copy") x copy")"
+fi
+if [ -n "$disk_dir" ]; then
+	say "$(printf '%-34s %7s  %s' 'disk ceiling: dd iflag=direct' "$dd_g" '1.00')"
+	say "$(printf '%-34s %7s  %s' 'placefs copy, cold, from disk' "$cold_g" "$(ratio "$cold_g" "$dd_g") x dd")"
+fi
