@@ -452,7 +452,7 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"
 	        "                           when permitted (default: 16M; 0 = kernel default)\n"
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
-	        "                           that starts a tensor at byte 0 (default: %d; 0 = off)\n"
+	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
 	        "    -o max_threads=N       worker threads (default: %d)\n"
 	        "\n",
 	        prog, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS);

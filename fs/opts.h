@@ -25,7 +25,7 @@
 
 #include "error.h"
 
-#define PLACEFS_PUSH_THREADS     4 /* page-cache pushers (fs/push.h) unless -o push_threads= */
+#define PLACEFS_PUSH_THREADS     0 /* page-cache pushers (fs/push.h) unless -o push_threads= */
 #define PLACEFS_PUSH_THREADS_MAX 64
 #define PLACEFS_MIN_THREADS      16 /* worker threads unless -o max_threads= says otherwise */
 #define PLACEFS_MAX_READ         (1u << 20)  /* bytes per FUSE READ request */

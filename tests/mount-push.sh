@@ -113,15 +113,19 @@ elif mode == "off":
     print("push off: bytes exact, push null")
 EOF
 
-mount_fs ckpt "$MP" -o device=none
+mount_fs ckpt "$MP" -o device=none,push_threads=4
 tmo 40 "$PYTHON" "$TMP/push.py" "$MP" ckpt push || fail "push"
+umount_fs "$MP"
+
+mount_fs ckpt "$MP" -o device=none
+tmo 20 "$PYTHON" "$TMP/push.py" "$MP" ckpt off || fail "default (off)"
 umount_fs "$MP"
 
 mount_fs ckpt "$MP" -o device=none,push_threads=0
 tmo 20 "$PYTHON" "$TMP/push.py" "$MP" ckpt off || fail "push_threads=0"
 umount_fs "$MP"
 
-mount_fs ckpt "$MP" -o device=none,read_mode=pread
+mount_fs ckpt "$MP" -o device=none,read_mode=pread,push_threads=4
 tmo 20 "$PYTHON" "$TMP/push.py" "$MP" ckpt off || fail "read_mode=pread"
 umount_fs "$MP"
 
