@@ -210,6 +210,8 @@ grep -E "^$MP/l[0-3]	" big.man >large.man
 [ "$(wc -l <large.man)" -eq 4 ] || fail "large.man has not 4 lines"
 
 mount_fs big "$MP" -o device=host
+LIVE_RINGS=$(ls /dev/shm/ | grep -c "^placefs-$MOUNT_PID-")
+[ "$LIVE_RINGS" -gt 0 ] || fail "the daemon has no host ring in /dev/shm"
 tmo 30 "$SOAK" -t 8 -s 20 -m direct -L 4194304 -x -p -e ENOTCONN,ECONNABORTED,EIO \
 	large.man >soak.out 2>&1 &
 SOAK_PID=$!
@@ -225,7 +227,10 @@ for f in /dev/shm/placefs-"$MOUNT_PID"-*; do
 	[ -e "$f" ] || continue
 	KILLED_RINGS="$KILLED_RINGS $f"
 done
-[ -n "$KILLED_RINGS" ] || fail "the SIGKILLed daemon left no host ring to clean up"
+# A daemon of a test running in parallel may already have swept them: any
+# daemon that starts removes the rings of dead ones. Then there is nothing
+# left to check at the remount below, which is what that sweep guarantees.
+[ -n "$KILLED_RINGS" ] || note "the SIGKILLed daemon's ring was already swept by another daemon"
 st=0
 wait "$SOAK_PID" || st=$?
 cat soak.out
