@@ -33,6 +33,8 @@ struct placefs_push {
 	unsigned nthreads, nstarted;
 
 	atomic_uint_fast64_t tensors;  /* pushes started */
+	atomic_uint_fast64_t active;   /* pushes with pieces left (queued) */
+	atomic_uint_fast64_t inflight; /* pieces being stored now */
 	atomic_uint_fast64_t bytes;    /* bytes stored in the page cache */
 	atomic_uint_fast64_t skipped;  /* bytes not pushed: a reader had asked for them first */
 	atomic_uint_fast64_t failures; /* stores that failed (each ends its tensor's push) */
@@ -124,6 +126,7 @@ static void *push_main(void *arg)
 		if (pos >= nbytes) {
 			job_unlink(p, j);
 			free(j);
+			atomic_fetch_sub(&p->active, 1);
 			continue;
 		}
 		len = nbytes - pos < PLACEFS_PUSH_PIECE ? nbytes - pos : PLACEFS_PUSH_PIECE;
@@ -133,9 +136,11 @@ static void *push_main(void *arg)
 		                                             memory_order_relaxed))
 			continue;
 		job_rotate(p);
+		atomic_fetch_add(&p->inflight, 1);
 		pthread_mutex_unlock(&p->lock);
 		rc = push_piece(p, entry, pos, len);
 		pthread_mutex_lock(&p->lock);
+		atomic_fetch_sub(&p->inflight, 1);
 		if (rc == 0) {
 			atomic_fetch_add_explicit(&p->bytes, len, memory_order_relaxed);
 			continue;
@@ -180,6 +185,8 @@ int placefs_push_create(struct placefs_mount *m, unsigned threads, struct placef
 		atomic_init(&p->started[i], 0);
 	}
 	atomic_init(&p->tensors, 0);
+	atomic_init(&p->active, 0);
+	atomic_init(&p->inflight, 0);
 	atomic_init(&p->bytes, 0);
 	atomic_init(&p->skipped, 0);
 	atomic_init(&p->failures, 0);
@@ -249,6 +256,7 @@ void placefs_push_note(struct placefs_push *p, size_t entry, uint64_t off, uint6
 		p->head = j;
 	p->tail = j;
 	atomic_fetch_add_explicit(&p->tensors, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->active, 1, memory_order_relaxed);
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -292,12 +300,22 @@ void placefs_push_free(struct placefs_push *p)
 
 int placefs_push_stats(const struct placefs_push *p, struct placefs_strbuf *sb)
 {
+	uint_fast64_t active;
+
 	if (!p)
 		return placefs_strbuf_adds(sb, ", \"push\": null");
-	return placefs_strbuf_addf(sb,
-	                           ", \"push\": {\"threads\": %u, \"tensors\": %" PRIuFAST64
-	                           ", \"bytes\": %" PRIuFAST64 ", \"skipped_bytes\": %" PRIuFAST64
-	                           ", \"failures\": %" PRIuFAST64 "}",
-	                           p->nthreads, atomic_load(&p->tensors), atomic_load(&p->bytes),
-	                           atomic_load(&p->skipped), atomic_load(&p->failures));
+	/*
+	 * A job leaves the queue once its last piece is claimed, while that
+	 * piece may still be stored: count the pieces in flight too. The queue
+	 * is read first, so a piece claimed before its job left is seen.
+	 */
+	active = atomic_load(&p->active);
+	active += atomic_load(&p->inflight);
+	return placefs_strbuf_addf(
+	        sb,
+	        ", \"push\": {\"threads\": %u, \"tensors\": %" PRIuFAST64
+	        ", \"active\": %" PRIuFAST64 ", \"bytes\": %" PRIuFAST64
+	        ", \"skipped_bytes\": %" PRIuFAST64 ", \"failures\": %" PRIuFAST64 "}",
+	        p->nthreads, atomic_load(&p->tensors), active, atomic_load(&p->bytes),
+	        atomic_load(&p->skipped), atomic_load(&p->failures));
 }

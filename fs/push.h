@@ -66,7 +66,8 @@ void placefs_push_stop(struct placefs_push *p);
 void placefs_push_free(struct placefs_push *p);
 
 /*
- * Appends `, "push": {...}` (threads, tensors started, bytes stored, pieces
+ * Appends `, "push": {...}` (threads, tensors started, tensors still being
+ * pushed, bytes stored, pieces
  * skipped because a reader was ahead, stores that failed) to a stats document;
  * `, "push": null` when p is NULL. Returns 0 or a negative errno.
  */
