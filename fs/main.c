@@ -366,12 +366,13 @@ int main(int argc, char *argv[])
 	daemon_ready(&ready_fd);
 	if (!opts.foreground)
 		placefs_log_to_syslog(1);
-	log_summary(&m, &opts);
-	placefs_fs_stage_log(&m);
 	remove_stale_shm();
 	if (!m.check_reads)
 		placefs_log(LOG_WARNING, "PLACEFS_TEST_SKIP_READ_CHECK is set: reads do not "
 		                         "verify their shard first (testing only)");
+	/* The "staging:" line comes last: tests/lib.sh waits for it. */
+	log_summary(&m, &opts);
+	placefs_fs_stage_log(&m);
 
 	ret = run_loop(se, &opts);
 	if (ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {

@@ -150,6 +150,15 @@ mount_fs() {
 	DAEMONS="$DAEMONS $MOUNT_PID"
 	MOUNTS="$MOUNTS $mp"
 	wait_mounted "$mp" "$MOUNT_PID" || fail "placefs did not mount $src on $mp"
+	# The daemon logs its start-up lines just after the mount appears; its
+	# last one is "staging: ...". Wait for it (a slow ASan build is seconds
+	# behind), so that tests can grep the log at once.
+	local i
+	for i in $(seq 1 100); do
+		grep -q '^placefs: staging: ' "$MOUNT_LOG" && break
+		kill -0 "$MOUNT_PID" 2>/dev/null || break
+		sleep 0.05
+	done
 }
 
 # umount_fs MOUNTPOINT: fusermount3 -u, then waits for the daemon started by
