@@ -26,6 +26,7 @@ struct parse_ctx {
 	char *host_buffer;
 	char *ring_size;
 	char *push_threads;
+	char *zero_copy;
 	int noprefetch;
 	char *mountpoint;
 	char *extra; /* the first surplus positional, for the message */
@@ -54,6 +55,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("host_buffer=%s", host_buffer),
         CTX_OPT("ring_size=%s", ring_size),
         CTX_OPT("push_threads=%s", push_threads),
+        CTX_OPT("zero_copy=%s", zero_copy),
         {"noprefetch", offsetof(struct parse_ctx, noprefetch), 1},
         FUSE_OPT_KEY("prefix=", KEY_PREFIX),
         /* Noted here, then kept for fuse_parse_cmdline() which parses the value. */
@@ -334,6 +336,18 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 		}
 	}
 	o->prefetch = !ctx.noprefetch;
+	if (ctx.zero_copy) {
+		if (strcmp(ctx.zero_copy, "0") == 0) {
+			o->zero_copy = -1;
+		} else if (strcmp(ctx.zero_copy, "1") == 0) {
+			o->zero_copy = 1;
+		} else {
+			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                       "invalid -o zero_copy value '%s' (expected 0 or 1)",
+			                       ctx.zero_copy);
+			goto out;
+		}
+	}
 	if (ctx.push_threads) {
 		char *end;
 		unsigned long v;
@@ -400,6 +414,7 @@ out:
 	free(ctx.read_mode);
 	free(ctx.readahead);
 	free(ctx.push_threads);
+	free(ctx.zero_copy);
 	free(ctx.host_buffer);
 	free(ctx.ring_size);
 	free(ctx.mountpoint);
@@ -451,6 +466,8 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           from a read-only mapping of each shard) or pread\n"
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"
 	        "                           when permitted (default: 16M; 0 = kernel default)\n"
+	        "    -o zero_copy=0|1       cuda: DMA straight from registered shard mappings\n"
+	        "                           (default 1; 0 keeps pinned memory within host_buffer)\n"
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
 	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
 	        "    -o max_threads=N       worker threads (default: %d)\n"

@@ -814,6 +814,7 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 		cfg.ring_bytes = placefs_plan_ring_bytes(m->plan);
 		cfg.host_buffer = m->opts->host_buffer;
 		cfg.prefetch = m->opts->prefetch;
+		cfg.zero_copy = m->opts->zero_copy;
 		placefs_error_clear(&e);
 		rc = placefs_stager_create(&cfg, &fs->st, &e);
 		if (rc != 0 && m->opts->device != PLACEFS_DEVICE_AUTO) {

@@ -446,12 +446,28 @@ else
 	note "cuda:0 refused: $(cat cuda.out)"
 fi
 for opt in device=cuda:1024 device=cuda:-1 device=gpu host_buffer=1K host_buffer=8G \
-	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M; do
+	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M zero_copy=2 zero_copy=on; do
 	st=0
 	tmo 20 "$PLACEFS" -f -o "$opt" seed.safetensors "$MP" >bad.out 2>&1 || st=$?
 	[ "$st" -eq 2 ] || fail "-o $opt: exit $st, expected 2: $(cat bad.out)"
 	grep -q "${opt%%=*}" bad.out || fail "-o $opt: message $(cat bad.out)"
 done
+
+# -o zero_copy: the host backend has no zero-copy path; asking for it says so,
+# turning it off is silent, and staging works either way.
+for zc in 1 0; do
+	mount_fs seed.safetensors "$MP" -o buffer_size=8M,device=host,zero_copy=$zc
+	if [ $zc = 1 ]; then
+		grep -q 'zero-copy off (host (.*): this backend cannot stage without bounce buffers (zero-copy))$' \
+			"$MOUNT_LOG" || fail "-o zero_copy=1 on host: not in the log"
+	else
+		grep -q 'zero-copy off$' "$MOUNT_LOG" || fail "-o zero_copy=0: not in the log"
+	fi
+	out=$(tmo 30 "$STAGE" --mode copy --verify "$MP/small") || fail "zero_copy=$zc: $out"
+	[ "$(stat_get staging.zero_copy.on)" = 0 ] || fail "zero_copy=$zc: zero-copy on, on host"
+	umount_fs "$MP"
+done
+note "-o zero_copy=1 and 0 on the host backend: bounce buffers, logged"
 
 # Daemonized with staging: returns once the mount is live, stages, unmounts.
 tmo 30 "$PLACEFS" -o buffer_size=8M,device=host seed.safetensors "$MP" ||
