@@ -567,11 +567,20 @@ START_TEST(test_backpressure_threads)
 	usleep(20000);
 	ck_assert_int_eq(__atomic_load_n(&p.produced, __ATOMIC_ACQUIRE), 2);
 	for (i = 0; i < 5; i++) {
-		while (__atomic_load_n(&p.produced, __ATOMIC_ACQUIRE) <= i)
+		/*
+		 * Span i + 1 was granted once span i - 1 went; release span i only
+		 * when the producer holds span i + 1 and waits for span i + 2 (a
+		 * producer that had not yet taken span i + 1 would find the ring
+		 * empty and start again at 0).
+		 */
+		int want = i + 2 < 5 ? i + 2 : 5;
+
+		while (__atomic_load_n(&p.produced, __ATOMIC_ACQUIRE) < want)
+			usleep(1000);
+		while (want < 5 && placefs_ring_waiting(p.ring) == 0)
 			usleep(1000);
 		ck_assert_int_eq(p.rc[i], 0);
 		ck_assert_uint_eq(p.offs[i], (uint64_t)(i % 2) * (4 << 20));
-		usleep(5000);
 		ck_assert_int_eq(placefs_ring_release(p.ring, p.ids[i]), 0);
 	}
 	pthread_join(th, NULL);
