@@ -25,7 +25,10 @@
  *   is not starved by a stream of small ones.
  * - 0-byte requests succeed (they wait their turn like the others) and still
  *   get a span id that must be released; their offset is aligned and at most
- *   the capacity, and covers nothing.
+ *   the capacity, and covers nothing. It is the head aligned down, so a 0-byte
+ *   span placed while the head stands at a capacity that is not a multiple of
+ *   `align` reports cap - cap % align although it sits at the capacity (after
+ *   a full-capacity span, say).
  *
  * All functions are thread-safe. The counters are updated atomically and
  * placefs_ring_stats() reads them without taking the lock.
