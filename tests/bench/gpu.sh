@@ -51,6 +51,16 @@ gbps_of() {
 ratio() {
 	python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b if b else 0))" "$1" "$2"
 }
+# stage_passes VAR LABEL: placefs-stage --all on $mnt in copy, borrow, copy,
+# borrow mode; the best GB/s of each mode goes to ${VAR}_copy / ${VAR}_borrow.
+stage_passes() {
+	for mode in copy borrow copy borrow; do
+		line=$("$PLACEFS_STAGE" --all "$mnt" --mode "$mode" -q | tail -n 1)
+		say "placefs-stage $mode$2: $line"
+		g=$(printf '%s\n' "$line" | gbps_of)
+		eval "$1_$mode=\$(python3 -c \"print(max(float('\${$1_$mode:-0}'), float('$g')))\")"
+	done
+}
 daemon_pid() {
 	pgrep -f "placefs .*$1\$" | head -n 1
 }
@@ -95,12 +105,7 @@ print("%.3f" % ((time.perf_counter() - t0) * 1e3))
 PY
 )
 say "time to first tensor (open + borrow stage + release): $first ms"
-for mode in copy borrow copy borrow; do
-	line=$("$PLACEFS_STAGE" --all "$mnt" --mode "$mode" -q | tail -n 1)
-	say "placefs-stage $mode: $line"
-	g=$(printf '%s\n' "$line" | gbps_of)
-	eval "best_$mode=\$(python3 -c \"print(max(float('\${best_$mode:-0}'), float('$g')))\")"
-done
+stage_passes best ""
 mem=$(gpu_mem_of "$pid")
 hwm=$(awk '/VmHWM/ {print $2 " " $3}' "/proc/$pid/status")
 py=$(python3 - "$top/tools" "$mnt" <<'PY'
@@ -131,12 +136,7 @@ bench_umount "$mnt"
 # With --ring: the same passes with the default ring (the staging limit).
 if [ -n "$ring_size" ]; then
 	bench_mount "$src" "$mnt" -o "device=cuda:0,buffer_size=$limit"
-	for mode in copy borrow copy borrow; do
-		line=$("$PLACEFS_STAGE" --all "$mnt" --mode "$mode" -q | tail -n 1)
-		say "placefs-stage $mode, ring = limit: $line"
-		g=$(printf '%s\n' "$line" | gbps_of)
-		eval "lim_$mode=\$(python3 -c \"print(max(float('\${lim_$mode:-0}'), float('$g')))\")"
-	done
+	stage_passes lim ", ring = limit"
 	bench_umount "$mnt"
 fi
 
