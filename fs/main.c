@@ -5,11 +5,12 @@
  * Order: parse and validate the options -> open and validate the
  * checkpoint -> plan (and -o ring_size, checked against it) -> build the
  * tree -> create the session (which rejects unknown libfuse options) ->
- * signal handlers -> fork the daemon -> create the staging backend ->
- * mount -> tell the waiting parent (which exits 0 only now, once the mount
- * is live) -> log the plan summary -> remove the shared memory that killed
- * placefs processes left -> multithreaded loop -> end the staging waits ->
- * unmount -> release in reverse order. Everything that can be wrong with
+ * signal handlers -> fork the daemon -> create the staging backend and the
+ * page-cache pushers -> mount -> tell the waiting parent (which exits 0 only
+ * now, once the mount is live) -> remove the shared memory that killed
+ * placefs processes left -> log the plan summary and staging line ->
+ * multithreaded loop -> end the staging waits and the pushers -> unmount ->
+ * release in reverse order. Everything that can be wrong with
  * the command line, the checkpoint or the staging device is found before
  * anything is mounted.
  *
