@@ -25,6 +25,16 @@
  * workers never have to know.
  */
 
+/*
+ * A zero-copy transfer is cut into equal parts of at least ZC_PART_MIN bytes
+ * (multiples of ZC_PART_ALIGN), one per zero-copy stream of the calling
+ * thread's chunks, so that a single large tensor keeps several copies in
+ * flight and its parts end together.
+ */
+#define ZC_FANOUT_DEFAULT 1
+#define ZC_PART_MIN       (4ULL << 20)
+#define ZC_PART_ALIGN     (64ULL << 10)
+
 _Static_assert(sizeof(cudaIpcMemHandle_t) == PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES,
                "CUDA IPC handle size");
 
@@ -34,6 +44,14 @@ struct cuda_priv {
 	cudaStream_t *streams; /* one per chunk */
 	cudaEvent_t *events;   /* one per chunk: its last copy */
 	unsigned nstreams;
+	/*
+	 * Zero-copy streams: zc_fanout per chunk, chunk c owning
+	 * zc_streams[c * zc_fanout ...]; an event each, recorded after its
+	 * part of a copy. See cuda_src_to_ring().
+	 */
+	cudaStream_t *zc_streams;
+	cudaEvent_t *zc_events;
+	unsigned zc_fanout;
 	int ro_register; /* cudaDevAttrHostRegisterReadOnlySupported */
 };
 
@@ -91,13 +109,65 @@ static void cuda_release(struct cuda_priv *cp, uint8_t *host_buf)
 		if (cp->events[i])
 			cudaEventDestroy(cp->events[i]);
 	}
+	for (i = 0; cp->zc_streams && i < cp->nstreams * cp->zc_fanout; i++) {
+		if (cp->zc_streams[i]) {
+			cudaStreamSynchronize(cp->zc_streams[i]);
+			cudaStreamDestroy(cp->zc_streams[i]);
+		}
+		if (cp->zc_events[i])
+			cudaEventDestroy(cp->zc_events[i]);
+	}
 	free(cp->streams);
 	free(cp->events);
+	free(cp->zc_streams);
+	free(cp->zc_events);
 	if (host_buf)
 		cudaFreeHost(host_buf);
 	if (cp->ring)
 		cudaFree(cp->ring);
 	free(cp);
+}
+
+/*
+ * Zero-copy tuning from the environment (tests/bench/stage-sweep.sh varies
+ * them): PLACEFS_STAGE_ZC_STREAMS, how many streams per bounce chunk a
+ * zero-copy transfer is spread over (1..16, default ZC_FANOUT_DEFAULT), and
+ * PLACEFS_STAGE_ZC_WAIT, how the I/O thread waits for one: "spin" (the
+ * default: the runtime polls, as for any event without
+ * cudaEventBlockingSync) or "block" (sleep until the device interrupts).
+ * Measured on an H200 with a ring of one large tensor (doc/PERFORMANCE.md):
+ * more streams gave nothing, and blocking waits cost 3-4 % of the link: the
+ * ring waits for the thread that sleeps through the end of each transfer.
+ */
+static int zc_knobs(unsigned *fanout, int *spin, struct placefs_error *err)
+{
+	const char *s = getenv("PLACEFS_STAGE_ZC_STREAMS");
+	char *end;
+	long v;
+
+	*fanout = ZC_FANOUT_DEFAULT;
+	*spin = 1;
+	if (s && *s) {
+		errno = 0;
+		v = strtol(s, &end, 10);
+		if (errno != 0 || *end != '\0' || v < 1 || v > 16)
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                         "PLACEFS_STAGE_ZC_STREAMS must be a number "
+			                         "from 1 to 16, got '%s'",
+			                         s);
+		*fanout = (unsigned)v;
+	}
+	s = getenv("PLACEFS_STAGE_ZC_WAIT");
+	if (s && *s) {
+		if (strcmp(s, "block") == 0)
+			*spin = 0;
+		else if (strcmp(s, "spin") != 0)
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                         "PLACEFS_STAGE_ZC_WAIT must be block or spin, "
+			                         "got '%s'",
+			                         s);
+	}
+	return 0;
 }
 
 static int cuda_open(struct placefs_backend *be, int device, struct placefs_error *err)
@@ -106,8 +176,8 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 	struct cudaDeviceProp prop;
 	cudaIpcMemHandle_t h;
 	cudaError_t e;
-	unsigned i;
-	int n = 0, rc;
+	unsigned i, fanout;
+	int n = 0, rc, zc_spin;
 
 	e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {
@@ -126,19 +196,27 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 		                         "device%s (cuda:0..cuda:%d)",
 		                         device, n, n == 1 ? "" : "s", n - 1);
 
+	rc = zc_knobs(&fanout, &zc_spin, err);
+	if (rc != 0)
+		return rc;
 	cp = calloc(1, sizeof(*cp));
 	if (!cp)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "cuda: out of memory");
 	cp->device = device;
 	cp->streams = calloc(be->info.nchunks, sizeof(*cp->streams));
 	cp->events = calloc(be->info.nchunks, sizeof(*cp->events));
-	if (!cp->streams || !cp->events) {
+	cp->zc_streams = calloc((size_t)be->info.nchunks * fanout, sizeof(*cp->zc_streams));
+	cp->zc_events = calloc((size_t)be->info.nchunks * fanout, sizeof(*cp->zc_events));
+	if (!cp->streams || !cp->events || !cp->zc_streams || !cp->zc_events) {
 		free(cp->streams);
 		free(cp->events);
+		free(cp->zc_streams);
+		free(cp->zc_events);
 		free(cp);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "cuda: out of memory");
 	}
 	cp->nstreams = be->info.nchunks;
+	cp->zc_fanout = fanout;
 
 	e = cudaSetDevice(device);
 	if (e != cudaSuccess) {
@@ -179,6 +257,22 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 		if (e != cudaSuccess) {
 			cp->events[i] = NULL;
 			rc = cuda_fail(err, e, device, "cannot create a copy event");
+			goto fail;
+		}
+	}
+	for (i = 0; i < cp->nstreams * cp->zc_fanout; i++) {
+		e = cudaStreamCreateWithFlags(&cp->zc_streams[i], cudaStreamNonBlocking);
+		if (e != cudaSuccess) {
+			cp->zc_streams[i] = NULL;
+			rc = cuda_fail(err, e, device, "cannot create a zero-copy stream");
+			goto fail;
+		}
+		e = cudaEventCreateWithFlags(&cp->zc_events[i],
+		                             cudaEventDisableTiming |
+		                                     (zc_spin ? 0 : cudaEventBlockingSync));
+		if (e != cudaSuccess) {
+			cp->zc_events[i] = NULL;
+			rc = cuda_fail(err, e, device, "cannot create a zero-copy event");
 			goto fail;
 		}
 	}
@@ -349,9 +443,6 @@ static int cuda_ring_to_device(struct placefs_backend *be, uint64_t ring_off, vo
  * truncated end would raise SIGBUS in the daemon.
  */
 
-/* Each zero-copy copy is cut into pieces of this size, spread over streams. */
-#define ZC_PIECE (16ULL << 20)
-
 static int cuda_map_source(struct placefs_backend *be, int fd, uint64_t file_size, void **base,
                            struct placefs_error *err)
 {
@@ -414,25 +505,34 @@ static int cuda_src_to_ring(struct placefs_backend *be, const unsigned *chunks, 
 	struct cuda_priv *cp = be->priv;
 	const uint8_t *s = src;
 	cudaError_t e = cudaSuccess, e2;
-	uint64_t done = 0;
+	uint64_t done = 0, parts, part, total = (uint64_t)nchunks * cp->zc_fanout;
 	unsigned k = 0, used;
 
+	/* parts = min(streams, ceil(n / ZC_PART_MIN)), part = ceil(n / parts) aligned up. */
+	parts = n / ZC_PART_MIN + (n % ZC_PART_MIN != 0);
+	if (parts > total)
+		parts = total;
+	if (parts == 0)
+		parts = 1;
+	part = n / parts + (n % parts != 0);
+	part = (part + ZC_PART_ALIGN - 1) / ZC_PART_ALIGN * ZC_PART_ALIGN;
 	cudaSetDevice(cp->device);
 	while (done < n && e == cudaSuccess) {
-		uint64_t m = n - done < ZC_PIECE ? n - done : ZC_PIECE;
-		unsigned c = chunks[k % nchunks];
+		uint64_t m = n - done < part ? n - done : part;
+		unsigned z = chunks[k % nchunks] * cp->zc_fanout + k / nchunks;
 
 		e = cudaMemcpyAsync(cp->ring + ring_off + done, s + done, m, cudaMemcpyHostToDevice,
-		                    cp->streams[c]);
+		                    cp->zc_streams[z]);
 		if (e == cudaSuccess)
-			e = cudaEventRecord(cp->events[c], cp->streams[c]);
+			e = cudaEventRecord(cp->zc_events[z], cp->zc_streams[z]);
 		done += m;
 		k++;
 	}
 	/* Wait for every stream used, even after a failure: no copy outlives the call. */
-	used = k < nchunks ? k : nchunks;
+	used = k;
 	for (k = 0; k < used; k++) {
-		e2 = cudaEventSynchronize(cp->events[chunks[k]]);
+		e2 = cudaEventSynchronize(
+		        cp->zc_events[chunks[k % nchunks] * cp->zc_fanout + k / nchunks]);
 		if (e == cudaSuccess)
 			e = e2;
 	}

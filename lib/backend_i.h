@@ -54,9 +54,9 @@ struct placefs_backend_ops {
 	/*
 	 * Copies n bytes at src (inside a mapping from map_source) into ring
 	 * bytes [ring_off, ring_off + n) and returns when they are there. The
-	 * copy is split into pieces spread over the streams of the bounce
-	 * chunks chunks[0..nchunks) (nchunks >= 1), which the calling thread
-	 * owns and which have no copy in flight.
+	 * copy is split into parts spread over the zero-copy streams that
+	 * belong to the bounce chunks chunks[0..nchunks) (nchunks >= 1), which
+	 * the calling thread owns.
 	 */
 	int (*src_to_ring)(struct placefs_backend *be, const unsigned *chunks, unsigned nchunks,
 	                   const void *src, uint64_t ring_off, uint64_t n,

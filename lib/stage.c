@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,13 +28,22 @@
 #define PF_WINDOW 4096
 /* Back-stop period for the prefetch thread's waits. */
 #define PF_POLL_NS (200ULL * 1000 * 1000)
+/* At most this many prefetches are issued by a releasing thread (pf_kick). */
+#define PF_KICK 4
+/*
+ * An I/O thread that finished a piece polls the queue this long before it
+ * sleeps (PLACEFS_STAGE_SPIN_US overrides it; 0 = sleep at once): the next
+ * job usually comes within a copy-out and a release, and a sleeping thread
+ * takes tens of microseconds to wake.
+ */
+#define IO_SPIN_US_DEFAULT 200
 
 /*
  * Zero-copy staging. A shard is mapped read-only and registered with the
  * device once (the backend's map_source), lazily at the first stage of one
  * of its tensors, and stays registered until the stager is freed; a tensor
  * of it is then one DMA from the mapping into the ring (src_to_ring), run by
- * one I/O thread over the streams of its own bounce chunks. The CPU never
+ * one I/O thread over the zero-copy streams of its bounce chunks. The CPU never
  * reads through the mapping: every byte goes by DMA.
  *
  * Safety. The daemon validates the shards at mount and re-checks a shard
@@ -175,7 +185,9 @@ struct placefs_stager {
 
 	struct job *q_head;
 	struct job *q_tail;
-	bool stopping;
+	uint64_t q_submits; /* jobs queued so far; atomic, polled by io_spin() */
+	bool stopping;      /* atomic stores: io_spin() polls it unlocked */
+	uint64_t spin_ns;   /* io_spin() window; 0 = off */
 
 	struct io_thread *threads;
 	unsigned nthreads;
@@ -266,6 +278,7 @@ static void job_submit(struct placefs_stager *st, struct job *j)
 	else
 		st->q_head = j;
 	st->q_tail = j;
+	__atomic_fetch_add(&st->q_submits, 1, __ATOMIC_RELEASE);
 	if (j->npieces > 1)
 		pthread_cond_broadcast(&st->work_cond);
 	else
@@ -594,10 +607,31 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
 	slots_reap_ready(t, false);
 }
 
+/*
+ * Polls the job queue, unlocked, for up to st->spin_ns or until a job is
+ * queued or the stop comes. Lock held on entry and return; the caller looks
+ * at the queue again.
+ */
+static void io_spin(struct placefs_stager *st)
+{
+	uint64_t end = now_ns() + st->spin_ns;
+	uint64_t seen = __atomic_load_n(&st->q_submits, __ATOMIC_RELAXED);
+
+	pthread_mutex_unlock(&st->lock);
+	do {
+		if (__atomic_load_n(&st->q_submits, __ATOMIC_ACQUIRE) != seen ||
+		    __atomic_load_n(&st->stopping, __ATOMIC_RELAXED))
+			break;
+		sched_yield();
+	} while (now_ns() < end);
+	pthread_mutex_lock(&st->lock);
+}
+
 static void *io_main(void *arg)
 {
 	struct io_thread *t = arg;
 	struct placefs_stager *st = t->st;
+	bool spin = false;
 
 	pthread_mutex_lock(&st->lock);
 	for (;;) {
@@ -614,9 +648,20 @@ static void *io_main(void *arg)
 			}
 			if (st->stopping)
 				break;
+			if (spin) {
+				/*
+				 * Just worked: poll the queue for a while before
+				 * sleeping, then look again (a job may have come
+				 * just as the window closed, unlocked).
+				 */
+				spin = false;
+				io_spin(st);
+				continue;
+			}
 			pthread_cond_wait(&st->work_cond, &st->lock);
 			continue;
 		}
+		spin = st->spin_ns > 0;
 		piece = j->next++;
 		if (j->next == j->npieces)
 			job_dequeue(st, j);
@@ -789,75 +834,92 @@ static struct pf_entry *pf_find(struct placefs_stager *st, uint64_t key)
 	return NULL;
 }
 
-static void *pf_main(void *arg)
+/*
+ * Issues the next prefetch hint into free ring space: 1 when it did (or
+ * skipped a hint that can never be prefetched), 0 when there is nothing to
+ * do now. Lock held; dropped and retaken while a shard is registered.
+ */
+static int pf_issue(struct placefs_stager *st)
 {
 	static const struct timespec now_only = {0, 0};
+	const struct placefs_prefetch_item *it;
+	struct pf_entry *e;
+	uint64_t off, id;
+
+	if (st->pf_stop || st->cursor >= st->nhints || st->pf_held >= PLACEFS_STAGE_PREFETCH_MAX ||
+	    st->pf_flight >= 2 * st->nthreads || st->fg_allocating > 0 ||
+	    placefs_ring_waiting(st->ring) > 0)
+		return 0;
+	it = &st->hints[st->cursor];
+	if (it->nbytes > placefs_ring_capacity(st->ring) || pf_find(st, it->key)) {
+		st->cursor++;
+		return 1;
+	}
+	/* Only free space, and only when no foreground request waits. */
+	if (placefs_ring_alloc(st->ring, it->nbytes, &now_only, NULL, &off, &id) != 0)
+		return 0;
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		placefs_ring_release(st->ring, id);
+		return 0;
+	}
+	e->key = it->key;
+	e->fd = it->fd;
+	e->off = it->offset;
+	e->nbytes = it->nbytes;
+	e->span_id = id;
+	e->ring_off = off;
+	e->state = PF_INFLIGHT;
+	snprintf(e->name, sizeof(e->name), "prefetch key %llu", (unsigned long long)it->key);
+	job_init(&e->job, it->fd, it->offset, it->nbytes, off, st->info.chunk_bytes, 0, e->name);
+	e->job.done_cb = pf_job_done;
+	e->next = st->pf;
+	st->pf = e;
+	st->pf_held++;
+	st->pf_flight++;
+	st->cursor++;
+	__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
+	CNT_ADD(st, prefetch_issued, 1);
+	if (st->zc_on) {
+		/*
+		 * The entry is listed (in flight) already, so an adopter waits
+		 * for it and a yield marks it; registering a new shard is slow,
+		 * so it runs unlocked.
+		 */
+		pthread_mutex_unlock(&st->lock);
+		job_try_zc(st, &e->job);
+		pthread_mutex_lock(&st->lock);
+	}
+	job_submit(st, &e->job); /* may finish (and evict) at once when empty */
+	return 1;
+}
+
+static void *pf_main(void *arg)
+{
 	struct placefs_stager *st = arg;
-	uint64_t cap = placefs_ring_capacity(st->ring);
 
 	pthread_mutex_lock(&st->lock);
-	while (!st->pf_stop) {
-		const struct placefs_prefetch_item *it;
-		struct pf_entry *e;
-		uint64_t off, id;
-		int rc;
-
-		if (st->cursor >= st->nhints || st->pf_held >= PLACEFS_STAGE_PREFETCH_MAX ||
-		    st->pf_flight >= 2 * st->nthreads || st->fg_allocating > 0 ||
-		    placefs_ring_waiting(st->ring) > 0) {
+	while (!st->pf_stop)
+		if (!pf_issue(st))
 			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
-			continue;
-		}
-		it = &st->hints[st->cursor];
-		if (it->nbytes > cap || pf_find(st, it->key)) {
-			st->cursor++;
-			continue;
-		}
-		/* Only free space, and only when no foreground request waits. */
-		rc = placefs_ring_alloc(st->ring, it->nbytes, &now_only, NULL, &off, &id);
-		if (rc != 0) {
-			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
-			continue;
-		}
-		e = calloc(1, sizeof(*e));
-		if (!e) {
-			placefs_ring_release(st->ring, id);
-			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
-			continue;
-		}
-		e->key = it->key;
-		e->fd = it->fd;
-		e->off = it->offset;
-		e->nbytes = it->nbytes;
-		e->span_id = id;
-		e->ring_off = off;
-		e->state = PF_INFLIGHT;
-		snprintf(e->name, sizeof(e->name), "prefetch key %llu",
-		         (unsigned long long)it->key);
-		job_init(&e->job, it->fd, it->offset, it->nbytes, off, st->info.chunk_bytes, 0,
-		         e->name);
-		e->job.done_cb = pf_job_done;
-		e->next = st->pf;
-		st->pf = e;
-		st->pf_held++;
-		st->pf_flight++;
-		st->cursor++;
-		__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
-		CNT_ADD(st, prefetch_issued, 1);
-		if (st->zc_on) {
-			/*
-			 * The entry is listed (in flight) already, so an adopter
-			 * waits for it and a yield marks it; registering a new
-			 * shard is slow, so it runs unlocked.
-			 */
-			pthread_mutex_unlock(&st->lock);
-			job_try_zc(st, &e->job);
-			pthread_mutex_lock(&st->lock);
-		}
-		job_submit(st, &e->job); /* may finish (and evict) at once when empty */
-	}
 	pthread_mutex_unlock(&st->lock);
 	return NULL;
+}
+
+/*
+ * Space was just given back: the releasing thread issues the next prefetches
+ * itself (at most PF_KICK of them) instead of waiting for the prefetch
+ * thread to wake up, so that the next tensor's transfer starts at once when
+ * the ring holds one large tensor at a time. Lock held.
+ */
+static void pf_kick(struct placefs_stager *st)
+{
+	unsigned i;
+
+	if (!st->pf_enabled)
+		return;
+	for (i = 0; i < PF_KICK && pf_issue(st); i++)
+		;
 }
 
 /*
@@ -990,7 +1052,7 @@ static void threads_stop(struct placefs_stager *st)
 	 * flight when the backend is freed.
 	 */
 	pthread_mutex_lock(&st->lock);
-	st->stopping = true;
+	__atomic_store_n(&st->stopping, true, __ATOMIC_RELAXED);
 	pthread_cond_broadcast(&st->work_cond);
 	pthread_mutex_unlock(&st->lock);
 	for (i = 0; i < st->nthreads; i++) {
@@ -1077,6 +1139,25 @@ static int default_io_threads(unsigned *out, struct placefs_error *err)
 	return 0;
 }
 
+/* The I/O threads' polling window: $PLACEFS_STAGE_SPIN_US or the default. */
+static int io_spin_setting(uint64_t *ns, struct placefs_error *err)
+{
+	const char *env = getenv("PLACEFS_STAGE_SPIN_US");
+	unsigned long v = IO_SPIN_US_DEFAULT;
+	char *end;
+
+	if (env) {
+		errno = 0;
+		v = strtoul(env, &end, 10);
+		if (errno || end == env || *end || env[0] < '0' || env[0] > '9' || v > 100000)
+			return placefs_error_set(
+			        err, -EINVAL, PLACEFS_E_USAGE,
+			        "PLACEFS_STAGE_SPIN_US=\"%s\": expected 0 to 100000", env);
+	}
+	*ns = (uint64_t)v * 1000;
+	return 0;
+}
+
 /*
  * Decides whether zero-copy is on: the backend must have the ops, and the
  * config (or, by default, $PLACEFS_STAGE_ZERO_COPY) must not turn it off.
@@ -1122,6 +1203,7 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 {
 	struct placefs_stager *st;
 	unsigned want, i;
+	uint64_t spin_ns = 0;
 	int rc;
 
 	*out = NULL;
@@ -1135,9 +1217,13 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
 		                         "staging: %u I/O threads requested, at most %d", want,
 		                         PLACEFS_STAGE_IO_THREADS_MAX);
+	rc = io_spin_setting(&spin_ns, err);
+	if (rc)
+		return rc;
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "staging: out of memory");
+	st->spin_ns = spin_ns;
 	rc = placefs_backend_create(cfg->device, cfg->ring_bytes, cfg->host_buffer, &st->be, err);
 	if (rc != 0 || !st->be) {
 		free(st);
@@ -1429,6 +1515,7 @@ int placefs_stager_release(struct placefs_stager *st, uint64_t lease, uint64_t o
 		return -ENOENT;
 	}
 	lease_end(st, l);
+	pf_kick(st);
 	pthread_mutex_unlock(&st->lock);
 	return 0;
 }

@@ -1114,6 +1114,52 @@ START_TEST(test_device_pass_cuda)
 }
 END_TEST
 
+/*
+ * The I/O threads' polling window: a bad PLACEFS_STAGE_SPIN_US is refused
+ * by name; 0 (sleep at once) and a long window both stage exact bytes with
+ * prefetch, and the stager stops promptly while threads poll.
+ */
+START_TEST(test_io_spin_setting)
+{
+	static const char *const windows[] = {"0", "5000"};
+	struct placefs_stager_config cfg = {.device = "host", .ring_bytes = 4 * MiB};
+	struct placefs_prefetch_item items[4];
+	struct placefs_stage_span sp;
+	struct placefs_stager *st = NULL;
+	struct placefs_error err;
+	struct fixture fx;
+	unsigned w, i;
+
+	setenv("PLACEFS_STAGE_SPIN_US", "100001", 1);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
+	ck_assert_ptr_null(st);
+	ck_assert_str_eq(err.msg, "PLACEFS_STAGE_SPIN_US=\"100001\": expected 0 to 100000");
+	fx_open(&fx, 4 * MiB);
+	for (w = 0; w < 2; w++) {
+		setenv("PLACEFS_STAGE_SPIN_US", windows[w], 1);
+		st = mk("host", 2 * MiB, 256 * KiB, 3, 1);
+		for (i = 0; i < 4; i++)
+			items[i] = (struct placefs_prefetch_item){
+			        .fd = fx.fd, .offset = i * MiB, .nbytes = MiB - i, .key = i + 1};
+		ck_assert_int_eq(placefs_stager_prefetch(st, items, 4, NULL), 0);
+		for (i = 0; i < 4; i++) {
+			struct placefs_stage_opts o = {.key = i + 1};
+
+			placefs_error_clear(&err);
+			ck_assert_msg(placefs_stager_stage(st, fx.fd, i * MiB, MiB - i, &o, &sp,
+			                                   &err) == 0,
+			              "%s", err.msg);
+			check_span(st, &sp, &fx, i * MiB);
+			ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		}
+		placefs_stager_free(st);
+	}
+	unsetenv("PLACEFS_STAGE_SPIN_US");
+	fx_close(&fx);
+}
+END_TEST
+
 /* The host backend has no zero-copy: the knobs are parsed, reported, and change nothing. */
 START_TEST(test_zero_copy_host)
 {
@@ -1251,6 +1297,62 @@ START_TEST(test_zero_copy_cuda)
 END_TEST
 
 /*
+ * Zero-copy parts over the fan-out streams (PLACEFS_STAGE_ZC_STREAMS,
+ * PLACEFS_STAGE_ZC_WAIT): sizes that split into uneven parts, a part count
+ * capped by the streams, and exact bytes with each knob; bad knob values
+ * refuse the stager with a message naming the variable.
+ */
+START_TEST(test_zero_copy_fanout_cuda)
+{
+	static const char *const knobs[][2] = {{"1", "block"}, {"3", "spin"}, {"16", "block"}};
+	static const uint64_t offs[] = {7, 0, 4096, 123};
+	static const uint64_t sizes[] = {4 * MiB + 1, 12 * MiB - 1, 48 * MiB, 64 * KiB + 5};
+	struct placefs_stager_config cfg = {.device = "cuda:0", .ring_bytes = 64 * MiB};
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct fixture fx;
+	unsigned k, i;
+
+	if (!have_cuda("test_zero_copy_fanout_cuda"))
+		return;
+	fx_open(&fx, 64 * MiB);
+	for (k = 0; k < sizeof(knobs) / sizeof(knobs[0]); k++) {
+		setenv("PLACEFS_STAGE_ZC_STREAMS", knobs[k][0], 1);
+		setenv("PLACEFS_STAGE_ZC_WAIT", knobs[k][1], 1);
+		st = mk("cuda:0", 64 * MiB, 8 * MiB, 2, 0);
+		for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			placefs_error_clear(&err);
+			ck_assert_msg(placefs_stager_stage(st, fx.fd, offs[i], sizes[i], NULL, &sp,
+			                                   &err) == 0,
+			              "%s", err.msg);
+			check_span(st, &sp, &fx, offs[i]);
+			ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		}
+		if (!zero_copy_used(st, "test_zero_copy_fanout_cuda")) {
+			placefs_stager_free(st);
+			break;
+		}
+		placefs_stager_free(st);
+	}
+	setenv("PLACEFS_STAGE_ZC_STREAMS", "0", 1);
+	placefs_error_clear(&err);
+	st = NULL;
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
+	ck_assert_ptr_null(st);
+	ck_assert_ptr_nonnull(strstr(err.msg, "PLACEFS_STAGE_ZC_STREAMS must be a number"));
+	setenv("PLACEFS_STAGE_ZC_STREAMS", "4", 1);
+	setenv("PLACEFS_STAGE_ZC_WAIT", "busy", 1);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "PLACEFS_STAGE_ZC_WAIT must be block or spin"));
+	unsetenv("PLACEFS_STAGE_ZC_STREAMS");
+	unsetenv("PLACEFS_STAGE_ZC_WAIT");
+	fx_close(&fx);
+}
+END_TEST
+
+/*
  * A shard truncated, or touched, after its registration: the next zero-copy
  * stage fails (never stale bytes), and the shard falls back to pread(),
  * which sees the file as it is now.
@@ -1379,11 +1481,13 @@ static Suite *stage_suite(void)
 	tcase_add_test(tc, test_concurrent_stress);
 	tcase_add_test(tc, test_device_pass_host);
 	tcase_add_test(tc, test_zero_copy_host);
+	tcase_add_test(tc, test_io_spin_setting);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("cuda");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_device_pass_cuda);
 	tcase_add_test(tc, test_zero_copy_cuda);
+	tcase_add_test(tc, test_zero_copy_fanout_cuda);
 	tcase_add_test(tc, test_zero_copy_stale_cuda);
 	tcase_add_test(tc, test_zero_copy_off_cuda);
 	suite_add_tcase(s, tc);

@@ -1,21 +1,38 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Staging throughput against the stager's knobs: I/O threads
-# (PLACEFS_STAGE_IO_THREADS) x pinned host buffer (-o host_buffer, 16 chunks),
-# copy and borrow mode, placefs-stage --all over the gpu-placed tensors of a
-# Llama-shaped checkpoint in /dev/shm. Needs a CUDA build and a GPU.
+# Staging throughput against the stager's knobs, side by side in one run:
+# environment settings (e.g. PLACEFS_STAGE_ZC_STREAMS, PLACEFS_STAGE_ZC_WAIT)
+# x I/O threads (PLACEFS_STAGE_IO_THREADS) x pinned host buffer
+# (-o host_buffer, 16 chunks), copy and borrow mode, placefs-stage --all over
+# the gpu-placed tensors of a Llama-shaped checkpoint in /dev/shm. Each
+# setting gets its own mount and the best of two passes per mode (the first
+# pass after a mount also registers the shards). The pinned host-to-device
+# ceiling (tests/bench/gpu-ref.py, torch) is measured in the same run when
+# torch is there. Needs a CUDA build and a GPU.
 #
-#   tests/bench/stage-sweep.sh [--layers N] [--threads "8 14"] [--host-buffers "64M 256M"]
+#   tests/bench/stage-sweep.sh [--layers N] [--limit SIZE] [--ring SIZE]
+#       [--threads "0 8"] [--host-buffers "64M"] [--envs "- VAR=V,VAR2=W"]
+#
+# The daemon's .placefs/stats after each setting go to
+# ${OUT:-/tmp}/stage-sweep-stats.txt.
+# --threads 0 leaves PLACEFS_STAGE_IO_THREADS unset (the default); an --envs
+# item is "-" (nothing) or comma-separated VAR=VALUE assignments.
 . "$(dirname "$0")/common.sh"
 layers=12
-threads="8 14"
-hbs="64M 256M"
+limit=128MiB
+ring_size=
+threads=0
+hbs=64M
+envs=-
 while [ $# -gt 0 ]; do
 	case $1 in
 	--layers) layers=$2; shift ;;
+	--limit) limit=$2; shift ;;
+	--ring) ring_size=$2; shift ;;
 	--threads) threads=$2; shift ;;
 	--host-buffers) hbs=$2; shift ;;
-	*) echo "usage: $0 [--layers N] [--threads LIST] [--host-buffers LIST]" >&2; exit 2 ;;
+	--envs) envs=$2; shift ;;
+	*) echo "usage: $0 [--layers N] [--limit SIZE] [--ring SIZE] [--threads LIST] [--host-buffers LIST] [--envs LIST]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -23,14 +40,57 @@ bench_work=$(mktemp -d /dev/shm/placefs-sweep.XXXXXX)
 src=$bench_work/ckpt
 mnt=$bench_work/mnt
 "$MKCKPT" --quiet --llama "$layers:4096:11008:32000" --shards 4 --index "$src"
-printf '%-8s %-12s %10s %10s\n' threads host_buffer copy_GBps borrow_GBps
-for t in $threads; do
-	for hb in $hbs; do
-		PLACEFS_STAGE_IO_THREADS=$t bench_mount "$src" "$mnt" \
-			-o "device=cuda:0,buffer_size=128M,host_buffer=$hb"
-		c=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p')
-		b=$("$PLACEFS_STAGE" --all "$mnt" --mode borrow -q | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p')
-		bench_umount "$mnt"
-		printf '%-8s %-12s %10s %10s\n' "$t" "$hb" "$c" "$b"
+ceil=
+if python3 -c 'import torch' 2>/dev/null; then
+	ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)) |
+		sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+	echo "pinned H2D ceiling (torch): $ceil GB/s"
+fi
+echo "checkpoint: $layers layers, limit $limit, ring ${ring_size:-the limit}"
+
+# best MODE: the better GB/s of two placefs-stage --all passes in MODE.
+best() {
+	b=0
+	for _ in 1 2; do
+		g=$("$PLACEFS_STAGE" --all "$mnt" --mode "$1" -q | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p')
+		b=$(python3 -c "print(max(float('$b'), float('${g:-0}')))")
+	done
+	echo "$b"
+}
+ratio() {
+	[ -n "$ceil" ] || { echo -; return; }
+	python3 -c "print('%.2f' % (float('$1') / float('$ceil')))"
+}
+
+printf '%-44s %-7s %-6s %8s %6s %8s %6s\n' env threads hbuf copy x_ceil borrow x_ceil
+for ev in $envs; do
+	for t in $threads; do
+		for hb in $hbs; do
+			(
+				if [ "$ev" != - ]; then
+					for kv in $(printf '%s' "$ev" | tr ',' ' '); do
+						export "${kv?}"
+					done
+				fi
+				if [ "$t" != 0 ]; then
+					export PLACEFS_STAGE_IO_THREADS="$t"
+				fi
+				bench_mount "$src" "$mnt" -o \
+					"device=cuda:0,buffer_size=$limit,host_buffer=$hb${ring_size:+,ring_size=$ring_size}"
+				# The first pass registers the shards: not measured.
+				"$PLACEFS_STAGE" --all "$mnt" --mode copy -q >/dev/null
+				c=$(best copy)
+				b=$(best borrow)
+				# The daemon's counters for each setting, for the record.
+				{
+					echo "== env $ev threads $t host_buffer $hb"
+					cat "$mnt/.placefs/stats"
+					echo
+				} >>"${OUT:-/tmp}/stage-sweep-stats.txt"
+				bench_umount "$mnt"
+				printf '%-44s %-7s %-6s %8s %6s %8s %6s\n' "$ev" "$t" "$hb" "$c" \
+					"$(ratio "$c")" "$b" "$(ratio "$b")"
+			)
+		done
 	done
 done
