@@ -27,9 +27,10 @@
 
 /*
  * A zero-copy transfer is cut into equal parts of at least ZC_PART_MIN bytes
- * (multiples of ZC_PART_ALIGN), one per zero-copy stream of the calling
- * thread's chunks, so that a single large tensor keeps several copies in
- * flight and its parts end together.
+ * (multiples of ZC_PART_ALIGN), at most one per zero-copy stream of the
+ * calling thread's chunks, so that with PLACEFS_STAGE_ZC_STREAMS > 1 a large
+ * tensor keeps several copies in flight and its parts end together. With
+ * the default fan-out of 1 that is one part per chunk the thread owns.
  */
 #define ZC_FANOUT_DEFAULT 1
 #define ZC_PART_MIN       (4ULL << 20)
@@ -96,27 +97,57 @@ int placefs__cuda_device_count(struct placefs_error *err)
 	return n;
 }
 
-static void cuda_release(struct cuda_priv *cp, uint8_t *host_buf)
+/*
+ * Creates n non-blocking streams, each with an event (cudaEventDisableTiming
+ * | ev_flags) for its last copy. On failure the slot that failed is NULL and
+ * the caller's cleanup (pairs_destroy) frees the rest.
+ */
+static int pairs_create(cudaStream_t *streams, cudaEvent_t *events, unsigned n, unsigned ev_flags,
+                        int device, const char *what, struct placefs_error *err)
+{
+	char msg[64];
+	cudaError_t e;
+	unsigned i;
+
+	for (i = 0; i < n; i++) {
+		e = cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
+		if (e != cudaSuccess) {
+			streams[i] = NULL;
+			snprintf(msg, sizeof(msg), "cannot create %s stream", what);
+			return cuda_fail(err, e, device, msg);
+		}
+		e = cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming | ev_flags);
+		if (e != cudaSuccess) {
+			events[i] = NULL;
+			snprintf(msg, sizeof(msg), "cannot create %s event", what);
+			return cuda_fail(err, e, device, msg);
+		}
+	}
+	return 0;
+}
+
+/* Waits for and destroys what pairs_create made (NULL slots are skipped). */
+static void pairs_destroy(cudaStream_t *streams, cudaEvent_t *events, unsigned n)
 {
 	unsigned i;
 
+	for (i = 0; i < n; i++) {
+		if (streams[i]) {
+			cudaStreamSynchronize(streams[i]);
+			cudaStreamDestroy(streams[i]);
+		}
+		if (events[i])
+			cudaEventDestroy(events[i]);
+	}
+}
+
+static void cuda_release(struct cuda_priv *cp, uint8_t *host_buf)
+{
 	cudaSetDevice(cp->device);
-	for (i = 0; i < cp->nstreams; i++) {
-		if (cp->streams[i]) {
-			cudaStreamSynchronize(cp->streams[i]);
-			cudaStreamDestroy(cp->streams[i]);
-		}
-		if (cp->events[i])
-			cudaEventDestroy(cp->events[i]);
-	}
-	for (i = 0; cp->zc_streams && i < cp->nstreams * cp->zc_fanout; i++) {
-		if (cp->zc_streams[i]) {
-			cudaStreamSynchronize(cp->zc_streams[i]);
-			cudaStreamDestroy(cp->zc_streams[i]);
-		}
-		if (cp->zc_events[i])
-			cudaEventDestroy(cp->zc_events[i]);
-	}
+	if (cp->streams)
+		pairs_destroy(cp->streams, cp->events, cp->nstreams);
+	if (cp->zc_streams)
+		pairs_destroy(cp->zc_streams, cp->zc_events, cp->nstreams * cp->zc_fanout);
 	free(cp->streams);
 	free(cp->events);
 	free(cp->zc_streams);
@@ -176,7 +207,7 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 	struct cudaDeviceProp prop;
 	cudaIpcMemHandle_t h;
 	cudaError_t e;
-	unsigned i, fanout;
+	unsigned fanout;
 	int n = 0, rc, zc_spin;
 
 	e = cudaGetDeviceCount(&n);
@@ -244,38 +275,15 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       cudaGetErrorString(e));
 		goto fail;
 	}
-	for (i = 0; i < cp->nstreams; i++) {
-		e = cudaStreamCreateWithFlags(&cp->streams[i], cudaStreamNonBlocking);
-		if (e != cudaSuccess) {
-			cp->streams[i] = NULL;
-			rc = cuda_fail(err, e, device, "cannot create a copy stream");
-			goto fail;
-		}
-		/* Blocking sync: a waiting I/O thread sleeps instead of spinning. */
-		e = cudaEventCreateWithFlags(&cp->events[i],
-		                             cudaEventDisableTiming | cudaEventBlockingSync);
-		if (e != cudaSuccess) {
-			cp->events[i] = NULL;
-			rc = cuda_fail(err, e, device, "cannot create a copy event");
-			goto fail;
-		}
-	}
-	for (i = 0; i < cp->nstreams * cp->zc_fanout; i++) {
-		e = cudaStreamCreateWithFlags(&cp->zc_streams[i], cudaStreamNonBlocking);
-		if (e != cudaSuccess) {
-			cp->zc_streams[i] = NULL;
-			rc = cuda_fail(err, e, device, "cannot create a zero-copy stream");
-			goto fail;
-		}
-		e = cudaEventCreateWithFlags(&cp->zc_events[i],
-		                             cudaEventDisableTiming |
-		                                     (zc_spin ? 0 : cudaEventBlockingSync));
-		if (e != cudaSuccess) {
-			cp->zc_events[i] = NULL;
-			rc = cuda_fail(err, e, device, "cannot create a zero-copy event");
-			goto fail;
-		}
-	}
+	/* Bounce chunks: blocking sync, a waiting I/O thread sleeps (it has other chunks to fill). */
+	rc = pairs_create(cp->streams, cp->events, cp->nstreams, cudaEventBlockingSync, device,
+	                  "a copy", err);
+	if (rc != 0)
+		goto fail;
+	rc = pairs_create(cp->zc_streams, cp->zc_events, cp->nstreams * cp->zc_fanout,
+	                  zc_spin ? 0 : cudaEventBlockingSync, device, "a zero-copy", err);
+	if (rc != 0)
+		goto fail;
 
 	if (cudaDeviceGetAttribute(&cp->ro_register, cudaDevAttrHostRegisterReadOnlySupported,
 	                           device) != cudaSuccess) {
@@ -498,6 +506,13 @@ static void cuda_unmap_source(struct placefs_backend *be, void *base, uint64_t f
 	munmap(base, (size_t)len);
 }
 
+/* The zero-copy stream (and event) of part k: parts go round the chunks, then their fan-out. */
+static unsigned zc_slot(const struct cuda_priv *cp, const unsigned *chunks, unsigned nchunks,
+                        unsigned k)
+{
+	return chunks[k % nchunks] * cp->zc_fanout + k / nchunks;
+}
+
 static int cuda_src_to_ring(struct placefs_backend *be, const unsigned *chunks, unsigned nchunks,
                             const void *src, uint64_t ring_off, uint64_t n,
                             struct placefs_error *err)
@@ -519,7 +534,7 @@ static int cuda_src_to_ring(struct placefs_backend *be, const unsigned *chunks, 
 	cudaSetDevice(cp->device);
 	while (done < n && e == cudaSuccess) {
 		uint64_t m = n - done < part ? n - done : part;
-		unsigned z = chunks[k % nchunks] * cp->zc_fanout + k / nchunks;
+		unsigned z = zc_slot(cp, chunks, nchunks, k);
 
 		e = cudaMemcpyAsync(cp->ring + ring_off + done, s + done, m, cudaMemcpyHostToDevice,
 		                    cp->zc_streams[z]);
@@ -531,8 +546,7 @@ static int cuda_src_to_ring(struct placefs_backend *be, const unsigned *chunks, 
 	/* Wait for every stream used, even after a failure: no copy outlives the call. */
 	used = k;
 	for (k = 0; k < used; k++) {
-		e2 = cudaEventSynchronize(
-		        cp->zc_events[chunks[k % nchunks] * cp->zc_fanout + k / nchunks]);
+		e2 = cudaEventSynchronize(cp->zc_events[zc_slot(cp, chunks, nchunks, k)]);
 		if (e == cudaSuccess)
 			e = e2;
 	}

@@ -495,7 +495,10 @@ static void zc_run(struct io_thread *t, struct job *j)
 	struct stat sb;
 	int rc = 0;
 
-	/* The streams of this thread's chunks must be idle before they carry the copy. */
+	/*
+	 * Finish this thread's bounce copies first, so that their jobs complete
+	 * now rather than after this transfer (which runs on other streams).
+	 */
 	slots_reap_ready(t, true);
 	placefs_error_clear(&e);
 	if (__atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) == 0) {
