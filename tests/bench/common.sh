@@ -8,6 +8,8 @@ PLACEFS=$B/fs/placefs
 PLAN=$B/tools/placefs-plan
 MKCKPT=$B/tools/placefs-mkckpt
 READBENCH=$B/tests/bench/readbench
+TOUCHBENCH=$B/tests/bench/touchbench
+XATTRBENCH=$B/tests/bench/xattrbench
 PLACEFS_STAGE=$B/tools/placefs-stage
 
 bench_mounts=

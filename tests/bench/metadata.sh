@@ -9,15 +9,23 @@
 # context does not hide the metadata's own memory; `mount-default` repeats the
 # mount time with the default device.
 #
-#   tests/bench/metadata.sh [--tensors N] [--shards K]
+# `ls -l` of coreutils 9.4 and later calls listxattr() on every file (an ACL
+# probe); on FUSE each call is a LISTXATTR round trip, and the kernel caches
+# none. xattrbench makes that one call per file, on the mount and on the tmpfs
+# directory, so the run also prints the floor of any such listing over FUSE:
+# the tmpfs `ls -l` plus N times the difference per call.
+#
+#   tests/bench/metadata.sh [--tensors N] [--shards K] [--opts MOUNT_OPTIONS]
 . "$(dirname "$0")/common.sh"
 n=100000
 shards=100
+opts=device=none
 while [ $# -gt 0 ]; do
 	case $1 in
 	--tensors) n=$2; shift ;;
 	--shards) shards=$2; shift ;;
-	*) echo "usage: $0 [--tensors N] [--shards K]" >&2; exit 2 ;;
+	--opts) opts="$opts,$2"; shift ;;
+	*) echo "usage: $0 [--tensors N] [--shards K] [--opts O]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -50,7 +58,7 @@ d1=$(now_ns)
 bench_umount "$mnt"
 
 t0=$(now_ns)
-bench_mount "$src" "$mnt" -o device=none
+bench_mount "$src" "$mnt" -o "$opts"
 t1=$(now_ns)
 ls -l "$mnt" >/dev/null
 t2=$(now_ns)
@@ -62,12 +70,14 @@ cat "$mnt/.placefs/plan.json" >/dev/null
 t5=$(now_ns)
 rss=$(rss_of "$(pid_of "$mnt")")
 cnt=$(ls "$mnt" | wc -l)
+xm=$("$XATTRBENCH" "$mnt")
 bench_umount "$mnt"
 r0=$(now_ns)
 ls -l "$ref" >/dev/null
 r1=$(now_ns)
+xr=$("$XATTRBENCH" "$ref")
 
-echo "metadata: $n tensors in $shards shards ($cnt files listed)"
+echo "metadata: $n tensors in $shards shards ($cnt files listed), -o $opts, $(ls --version | head -n 1)"
 printf '%-34s %10s\n' operation seconds
 printf '%-34s %10s\n' "start to mounted (default device)" "$(secs "$d0" "$d1")"
 printf '%-34s %10s\n' "start to mounted (device=none)" "$(secs "$t0" "$t1")"
@@ -78,6 +88,11 @@ printf '%-34s %10s\n' "cat .placefs/plan.json" "$(secs "$t4" "$t5")"
 printf '%-34s %10s\n' "reference: ls -l tmpfs $n files" "$(secs "$r0" "$r1")"
 printf '%-34s %10s\n' "ratio ls -l first / reference" \
 	"$(python3 -c "print(round(($t2-$t1)/max(1,$r1-$r0),2))")"
+printf '%-34s %10s\n' "listxattr per file, mount" "$(field us_per_call "$xm") us"
+printf '%-34s %10s\n' "listxattr per file, tmpfs" "$(field us_per_call "$xr") us"
+floor=$(python3 -c "print(round(($r1-$r0)/1e9 + $n*($(field us_per_call "$xm")-$(field us_per_call "$xr"))/1e6, 3))")
+printf '%-34s %10s\n' "floor, ls -l + listxattr per file" "$floor"
+printf '%-34s %10s\n' "floor / reference" "$(python3 -c "print(round($floor*1e9/max(1,$r1-$r0),2))")"
 printf '%-34s %10s\n' "daemon RSS, base (1 tensor)" "$base kB"
 printf '%-34s %10s\n' "daemon RSS, $n tensors" "$rss kB"
 printf '%-34s %10s\n' "RSS per tensor beyond base" "$(( (rss - base) * 1024 / n )) B"
