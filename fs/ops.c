@@ -515,7 +515,8 @@ static void reply_xattr_data(fuse_req_t req, const char *data, size_t len, size_
 /* Negotiates the connection: full READDIRPLUS always, long-lived caches. No reply. */
 static void placefs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	const struct placefs_mount *m = userdata;
+
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	/* Always PLUS: "auto" falls back to LOOKUP per entry after the first few thousand. */
@@ -538,9 +539,18 @@ static void placefs_op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->max_read = PLACEFS_MAX_READ;
-	/* More readahead requests in flight for cold cached reads (the default is 12). */
-	conn->max_background = 64;
-	conn->congestion_threshold = 48;
+	/*
+	 * Readahead requests in flight for cold cached reads (the kernel's
+	 * default is 12, congested at 9). At the congestion threshold the kernel
+	 * drops an async readahead window after allocating its pages, and frees
+	 * them again: keep it above every concurrent reader's window (fs/opts.h).
+	 */
+	conn->max_background = m->opts->max_background;
+	conn->congestion_threshold = m->opts->max_background * 3 / 4;
+	if (conn->congestion_threshold == 0)
+		conn->congestion_threshold = 1;
+	placefs_log(LOG_INFO, "readahead requests in flight: at most %u, congested from %u",
+	            conn->max_background, conn->congestion_threshold);
 	conn->time_gran = 1;
 }
 

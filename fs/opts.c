@@ -26,6 +26,7 @@ struct parse_ctx {
 	char *host_buffer;
 	char *ring_size;
 	char *push_threads;
+	char *max_background;
 	char *zero_copy;
 	int noprefetch;
 	char *mountpoint;
@@ -55,6 +56,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("host_buffer=%s", host_buffer),
         CTX_OPT("ring_size=%s", ring_size),
         CTX_OPT("push_threads=%s", push_threads),
+        CTX_OPT("max_background=%s", max_background),
         CTX_OPT("zero_copy=%s", zero_copy),
         {"noprefetch", offsetof(struct parse_ctx, noprefetch), 1},
         FUSE_OPT_KEY("prefix=", KEY_PREFIX),
@@ -214,6 +216,23 @@ out:
 	return rc;
 }
 
+/* A decimal count for -o NAME= within [min, max], or a usage error naming it. */
+static int parse_count(const char *text, const char *name, unsigned min, unsigned max,
+                       unsigned *out, struct placefs_error *err)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(text, &end, 10);
+	if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < min || v > max)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "invalid -o %s value '%s' (from %u to %u)", name, text,
+		                         min, max);
+	*out = (unsigned)v;
+	return 0;
+}
+
 int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct placefs_error *err)
 {
 	struct parse_ctx ctx = {.o = o};
@@ -231,6 +250,7 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->device = PLACEFS_DEVICE_AUTO;
 	o->prefetch = 1;
 	o->push_threads = PLACEFS_PUSH_THREADS;
+	o->max_background = PLACEFS_MAX_BACKGROUND;
 
 	if (fuse_opt_parse(&o->args, &ctx, placefs_opt_spec, opt_proc) != 0) {
 		if (ctx.nomem)
@@ -348,21 +368,14 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 			goto out;
 		}
 	}
-	if (ctx.push_threads) {
-		char *end;
-		unsigned long v;
-
-		errno = 0;
-		v = strtoul(ctx.push_threads, &end, 10);
-		if (ctx.push_threads[0] < '0' || ctx.push_threads[0] > '9' || *end != '\0' ||
-		    errno != 0 || v > PLACEFS_PUSH_THREADS_MAX) {
-			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-			                       "invalid -o push_threads value '%s' (from 0 to %d)",
-			                       ctx.push_threads, PLACEFS_PUSH_THREADS_MAX);
-			goto out;
-		}
-		o->push_threads = (unsigned)v;
-	}
+	if (ctx.push_threads &&
+	    (rc = parse_count(ctx.push_threads, "push_threads", 0, PLACEFS_PUSH_THREADS_MAX,
+	                      &o->push_threads, err)) < 0)
+		goto out;
+	if (ctx.max_background &&
+	    (rc = parse_count(ctx.max_background, "max_background", 1, PLACEFS_MAX_BACKGROUND_MAX,
+	                      &o->max_background, err)) < 0)
+		goto out;
 	if (ctx.readahead) {
 		/* 0 keeps the kernel's default; anything else is a size. */
 		if (strcmp(ctx.readahead, "0") == 0)
@@ -414,6 +427,7 @@ out:
 	free(ctx.read_mode);
 	free(ctx.readahead);
 	free(ctx.push_threads);
+	free(ctx.max_background);
 	free(ctx.zero_copy);
 	free(ctx.host_buffer);
 	free(ctx.ring_size);
@@ -471,6 +485,9 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
 	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
 	        "    -o max_threads=N       worker threads (default: %d)\n"
+	        "    -o max_background=N    readahead requests in flight, all readers together\n"
+	        "                           (default: %d; the kernel caps it for non-root\n"
+	        "                           users at /proc/sys/fs/fuse/max_user_bgreq)\n"
 	        "\n",
-	        prog, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS);
+	        prog, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS, PLACEFS_MAX_BACKGROUND);
 }

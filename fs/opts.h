@@ -31,6 +31,17 @@
 #define PLACEFS_MAX_READ         (1u << 20)  /* bytes per FUSE READ request */
 #define PLACEFS_READAHEAD        (16u << 20) /* default -o readahead= (kernel: 128 KiB) */
 
+/*
+ * FUSE background requests (readahead READs) in flight, unless
+ * -o max_background=; the congestion threshold is three quarters of it. Once
+ * the threshold is reached the kernel drops each async readahead window after
+ * allocating its page-cache pages, and frees them again, so it must cover
+ * every concurrent reader's window: 384 = 24 readers x 16 MiB of readahead in
+ * 1 MiB requests (doc/PERFORMANCE.md, section 2.1).
+ */
+#define PLACEFS_MAX_BACKGROUND     512
+#define PLACEFS_MAX_BACKGROUND_MAX 65535 /* the protocol's field is 16 bits */
+
 enum placefs_device_kind {
 	PLACEFS_DEVICE_NONE = 0, /* no staging (-o device=none) */
 	PLACEFS_DEVICE_HOST,     /* host staging backend */
@@ -66,7 +77,8 @@ struct placefs_opts {
 	int zero_copy;         /* -o zero_copy=: 0 not given (the stager default), 1 on, -1 off */
 	unsigned push_threads; /* -o push_threads=, PLACEFS_PUSH_THREADS unless given; 0 = off */
 	enum placefs_read_mode read_mode;
-	uint64_t readahead; /* bytes; 0 = leave the kernel's default */
+	uint64_t readahead;      /* bytes; 0 = leave the kernel's default */
+	unsigned max_background; /* -o max_background=, PLACEFS_MAX_BACKGROUND unless given */
 
 	/* Standard options, as fuse_parse_cmdline() found them. */
 	int foreground;

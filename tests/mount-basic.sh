@@ -62,6 +62,26 @@ if [ "$(id -u)" -eq 0 ] && [ -w "/sys/class/bdi/$bdi/read_ahead_kb" ]; then
 	grep -q 'readahead set to 16384 KiB' "$MOUNT_LOG" || fail "readahead not logged"
 fi
 
+# Background (readahead) requests: 512 in flight, congested from 384, as
+# negotiated and as the kernel holds them (fusectl, mounted here if root may).
+# conn_limits MNT: "max_background congestion_threshold" of MNT's connection.
+conn_limits() {
+	_c=/sys/fs/fuse/connections/$(mount_line "$1" | awk '{ print $3 }' | cut -d: -f2)
+	[ -r "$_c/max_background" ] && echo "$(cat "$_c/max_background") $(cat "$_c/congestion_threshold")"
+}
+grep -q 'readahead requests in flight: at most 512, congested from 384$' "$MOUNT_LOG" ||
+	fail "max_background not logged"
+if [ "$(id -u)" -eq 0 ] && ! grep -qs ' /sys/fs/fuse/connections fusectl ' /proc/self/mounts; then
+	mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null || true
+fi
+limits=$(conn_limits "$MP" || true)
+if [ -n "$limits" ]; then
+	[ "$limits" = "512 384" ] || fail "kernel max_background/congestion_threshold: $limits"
+	note "kernel: max_background 512, congestion_threshold 384"
+else
+	note "fusectl not readable: kernel limits not checked (the log line was)"
+fi
+
 # ---- the tree against the checkpoint ----------------------------------------
 tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" ckpt.safetensors --limit 4096 --ranges 8 ||
 	fail "verify_mount found differences"
@@ -171,7 +191,7 @@ note "fusermount3 -u: exit 0"
 # ---- options after the positionals (mount.fuse3 order), then SIGTERM -------------
 mkdir -p "$MP"
 "$PLACEFS" ckpt.safetensors "$MP" -o buffer_size=64K,prefix=model.,prefix=random.1,readahead=0 -f \
-	2>"$TMP/late.log" &
+	-o max_background=100 2>"$TMP/late.log" &
 pid=$!
 DAEMONS="$DAEMONS $pid"
 MOUNT_LOG=$TMP/late.log
@@ -180,6 +200,16 @@ tmo 10 grep -q '"buffer_size": 65536' "$MP/.placefs/plan.json" || fail "-o after
 bdi=$(mount_line "$MP" | awk '{ print $3 }')
 [ "$(cat "/sys/class/bdi/$bdi/read_ahead_kb")" -eq 16384 ] &&
 	fail "-o readahead=0 did not keep the kernel default"
+grep -q 'at most 100, congested from 75$' "$MOUNT_LOG" || fail "-o max_background=100 not logged"
+limits=$(conn_limits "$MP" || true)
+[ -z "$limits" ] || [ "$limits" = "100 75" ] || fail "-o max_background=100: kernel has $limits"
+for v in 0 65536 -1 x ''; do
+	st=0
+	mkdir -p "$TMP/badmnt"
+	tmo 10 "$PLACEFS" -f -o max_background="$v" ckpt.safetensors "$TMP/badmnt" >bad.out 2>&1 || st=$?
+	[ "$st" -eq 2 ] && grep -q "invalid -o max_background value '$v' (from 1 to 65535)" bad.out ||
+		fail "-o max_background=$v: exit $st: $(cat bad.out)"
+done
 tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" ckpt.safetensors --limit 65536 \
 	--prefix model. --prefix random.1 --ranges 2 || fail "prefix-filtered mount differs"
 kill -TERM "$pid"
