@@ -39,6 +39,27 @@ bench_mount() {
 	done
 }
 
+# bench_llama_manifests LAYERS: writes a checkpoint of LAYERS layers of a
+# 2048/5504 Llama shape to $bench_work/ckpt (4 shards, indexed), its plan to
+# plan.json, and two readbench manifests of the same bytes: direct.txt (each
+# tensor's range in its shard) and mount.txt (each tensor file under
+# $bench_work/mnt).
+bench_llama_manifests() {
+	"$MKCKPT" --quiet --llama "$1:2048:5504:32000" --shards 4 --index "$bench_work/ckpt"
+	"$PLAN" --json "$bench_work/ckpt" >"$bench_work/plan.json"
+	python3 - "$bench_work" "$top/tools" <<'PY'
+import json, sys
+w = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from placefs import encode_name as enc
+plan = json.load(open(w + "/plan.json"))
+with open(w + "/direct.txt", "w") as d, open(w + "/mount.txt", "w") as m:
+    for t in plan["tensors"]:
+        d.write("%s/ckpt/%s\t%d\t%d\n" % (w, t["file"], t["offset"], t["nbytes"]))
+        m.write("%s/mnt/%s\t0\t%d\n" % (w, enc(t["name"]), t["nbytes"]))
+PY
+}
+
 bench_umount() {
 	fusermount3 -u "$1"
 }

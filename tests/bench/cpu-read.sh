@@ -52,19 +52,7 @@ done
 bench_work=$(mktemp -d "$dir/placefs-bench.XXXXXX")
 src=$bench_work/ckpt
 mnt=$bench_work/mnt
-"$MKCKPT" --quiet --llama "$layers:2048:5504:32000" --shards 4 --index "$src"
-"$PLAN" --json "$src" >"$bench_work/plan.json"
-python3 - "$bench_work" "$top/tools" <<'PY'
-import json, sys
-w = sys.argv[1]
-sys.path.insert(0, sys.argv[2])
-from placefs import encode_name as enc
-plan = json.load(open(w + "/plan.json"))
-with open(w + "/direct.txt", "w") as d, open(w + "/mount.txt", "w") as m:
-    for t in plan["tensors"]:
-        d.write("%s/ckpt/%s\t%d\t%d\n" % (w, t["file"], t["offset"], t["nbytes"]))
-        m.write("%s/mnt/%s\t0\t%d\n" % (w, enc(t["name"]), t["nbytes"]))
-PY
+bench_llama_manifests "$layers"
 total=$(python3 -c "import json,sys;print(sum(t['nbytes'] for t in json.load(open(sys.argv[1]))['tensors']))" "$bench_work/plan.json")
 echo "cpu-read: $(python3 -c "print(round($total/2**30,2))") GiB in $(wc -l <"$bench_work/direct.txt") tensors, source in $dir, -o $opts"
 
