@@ -17,7 +17,7 @@ bench_cleanup() {
 	for m in $bench_mounts; do
 		fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null || true
 	done
-	[ -n "${bench_work:-}" ] && rm -rf "$bench_work"
+	if [ -n "${bench_work:-}" ]; then rm -rf "$bench_work"; fi
 }
 trap bench_cleanup EXIT INT TERM
 
