@@ -60,6 +60,17 @@ with open(w + "/direct.txt", "w") as d, open(w + "/mount.txt", "w") as m:
 PY
 }
 
+# bench_daemon_pid MNT: the pid of the placefs daemon mounted on MNT.
+bench_daemon_pid() {
+	pgrep -f "placefs.* $1\$" | head -n 1
+}
+
+# bench_gpu_mem PID: the device memory nvidia-smi counts for PID, in MiB.
+bench_gpu_mem() {
+	nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+		awk -F', *' -v p="$1" '$1 == p {print $2}'
+}
+
 bench_umount() {
 	fusermount3 -u "$1"
 }

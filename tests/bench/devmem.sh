@@ -21,24 +21,20 @@ done
 command -v nvidia-smi >/dev/null || { echo "devmem: nvidia-smi is not installed" >&2; exit 2; }
 bench_work=$(mktemp -d /dev/shm/placefs-devmem.XXXXXX)
 mnt=$bench_work/mnt
-# mem_of PID: the process's device memory in MiB, once the driver has settled.
+# mem_of PID: bench_gpu_mem once the driver has settled.
 mem_of() {
 	sleep 1
-	nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
-		awk -F', *' -v p="$1" '$1 == p {print $2}'
-}
-pid_of() {
-	pgrep -f "placefs.* $1\$" | head -n 1
+	bench_gpu_mem "$1"
 }
 "$MKCKPT" --quiet --tensor one:F32:4 "$bench_work/one.safetensors"
 "$MKCKPT" --quiet --llama "$layers:4096:11008:32000" --shards 4 --index "$bench_work/ckpt"
 bench_mount "$bench_work/one.safetensors" "$mnt" -o device=cuda:0,buffer_size=4K
-ctx=$(mem_of "$(pid_of "$mnt")")
+ctx=$(mem_of "$(bench_daemon_pid "$mnt")")
 bench_umount "$mnt"
 echo "devmem: CUDA context (a daemon with a 4 KiB ring): ${ctx:-?} MiB"
 for ring in $rings; do
 	bench_mount "$bench_work/ckpt" "$mnt" -o "device=cuda:0,buffer_size=128MiB,ring_size=$ring"
-	pid=$(pid_of "$mnt")
+	pid=$(bench_daemon_pid "$mnt")
 	m0=$(mem_of "$pid")
 	"$PLACEFS_STAGE" --all "$mnt" --mode borrow -q >/dev/null
 	m1=$(mem_of "$pid")

@@ -61,14 +61,6 @@ stage_passes() {
 		eval "$1_$mode=\$(python3 -c \"print(max(float('\${$1_$mode:-0}'), float('$g')))\")"
 	done
 }
-daemon_pid() {
-	pgrep -f "placefs .*$1\$" | head -n 1
-}
-gpu_mem_of() {
-	nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
-		awk -F', *' -v p="$1" '$1 == p {print $2}'
-}
-
 bench_work=$(mktemp -d /dev/shm/placefs-gpu.XXXXXX)
 src=$bench_work/ckpt
 mnt=$bench_work/mnt
@@ -88,7 +80,7 @@ peer_g=$(printf '%s' "$peer" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
 t0=$(now_ns)
 bench_mount "$src" "$mnt" -o "$mount_opts"
 t1=$(now_ns)
-pid=$(daemon_pid "$mnt")
+pid=$(bench_daemon_pid "$mnt")
 say "mount (cuda ring + pinned buffers): $(python3 -c "print('%.3f' % (($t1-$t0)/1e9))") s"
 first=$(python3 - "$top/tools" "$mnt" <<'PY'
 import os, sys, time
@@ -106,7 +98,7 @@ PY
 )
 say "time to first tensor (open + borrow stage + release): $first ms"
 stage_passes best ""
-mem=$(gpu_mem_of "$pid")
+mem=$(bench_gpu_mem "$pid")
 hwm=$(awk '/VmHWM/ {print $2 " " $3}' "/proc/$pid/status")
 py=$(python3 - "$top/tools" "$mnt" <<'PY'
 import sys, time

@@ -44,13 +44,10 @@ secs() {
 rss_of() {
 	awk '/VmRSS/ {print $2}' "/proc/$1/status"
 }
-pid_of() {
-	pgrep -f "placefs.* $1\$" | head -n 1
-}
 "$MKCKPT" --quiet --tensor one:F32:4 "$bench_work/one.safetensors"
 bench_mount "$bench_work/one.safetensors" "$mnt" -o device=none
 ls -l "$mnt" >/dev/null
-base=$(rss_of "$(pid_of "$mnt")")
+base=$(rss_of "$(bench_daemon_pid "$mnt")")
 bench_umount "$mnt"
 d0=$(now_ns)
 bench_mount "$src" "$mnt"
@@ -68,7 +65,7 @@ ls "$mnt" | head -n 1000 | (cd "$mnt" && xargs getfattr -d >/dev/null)
 t4=$(now_ns)
 cat "$mnt/.placefs/plan.json" >/dev/null
 t5=$(now_ns)
-rss=$(rss_of "$(pid_of "$mnt")")
+rss=$(rss_of "$(bench_daemon_pid "$mnt")")
 cnt=$(ls "$mnt" | wc -l)
 xm=$("$XATTRBENCH" "$mnt")
 bench_umount "$mnt"
