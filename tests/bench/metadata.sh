@@ -85,9 +85,11 @@ printf '%-34s %10s\n' "cat .placefs/plan.json" "$(secs "$t4" "$t5")"
 printf '%-34s %10s\n' "reference: ls -l tmpfs $n files" "$(secs "$r0" "$r1")"
 printf '%-34s %10s\n' "ratio ls -l first / reference" \
 	"$(python3 -c "print(round(($t2-$t1)/max(1,$r1-$r0),2))")"
-printf '%-34s %10s\n' "listxattr per file, mount" "$(field us_per_call "$xm") us"
-printf '%-34s %10s\n' "listxattr per file, tmpfs" "$(field us_per_call "$xr") us"
-floor=$(python3 -c "print(round(($r1-$r0)/1e9 + $n*($(field us_per_call "$xm")-$(field us_per_call "$xr"))/1e6, 3))")
+xm_us=$(field us_per_call "$xm")
+xr_us=$(field us_per_call "$xr")
+printf '%-34s %10s\n' "listxattr per file, mount" "$xm_us us"
+printf '%-34s %10s\n' "listxattr per file, tmpfs" "$xr_us us"
+floor=$(python3 -c "print(round(($r1-$r0)/1e9 + $n*($xm_us-$xr_us)/1e6, 3))")
 printf '%-34s %10s\n' "floor, ls -l + listxattr per file" "$floor"
 printf '%-34s %10s\n' "floor / reference" "$(python3 -c "print(round($floor*1e9/max(1,$r1-$r0),2))")"
 printf '%-34s %10s\n' "daemon RSS, base (1 tensor)" "$base kB"
