@@ -48,7 +48,7 @@
 #include "opts.h"
 #include "safetensors.h"
 #include "size.h"
-#include "stage.h"
+#include "ioctl.h"
 
 static void log_summary(const struct placefs_mount *m, const struct placefs_opts *o)
 {

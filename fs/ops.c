@@ -16,7 +16,7 @@
 #include "name.h"
 #include "ops.h"
 #include "push.h"
-#include "stage.h"
+#include "ioctl.h"
 
 #define XATTR_PREFIX "user.placefs."
 

@@ -362,7 +362,7 @@ grep -q '^ring: 6000640 bytes (5.72 MiB), set by -o ring_size ' "$MP/.placefs/pl
 	fail "ring_size: .placefs/plan: $(grep '^ring' "$MP/.placefs/plan")"
 [ "$(stat_get staging.ring_bytes)" = 6000640 ] ||
 	fail "ring_size: stats ring_bytes $(stat_get staging.ring_bytes), expected 6000640"
-"$PYTHON" - "$MP" "$top_srcdir/tools" <<'EOF' || fail "ring_size: plan.json or the ring info ioctl"
+"$PYTHON" - "$MP" "$top_srcdir/python" <<'EOF' || fail "ring_size: plan.json or the ring info ioctl"
 import json, os, sys
 sys.path.insert(0, sys.argv[2])
 import placefs

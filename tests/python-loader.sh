@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# python-loader: tools/placefs.py (standard library only) against the C header
+# python-loader: python/placefs (standard library only) against the C header
 # and against live mounts with the host staging backend (-o device=host):
 #   - struct layouts, field offsets, ioctl numbers and packed bytes equal
 #     what the C compiler makes of include/placefs/ioctl.h;
@@ -18,8 +18,8 @@ TEST_TIMEOUT=${TEST_TIMEOUT:-150}
 require_fuse
 
 PYDIR=$top_srcdir/tests/py
-LOADER=$top_srcdir/tools/placefs.py
-PYTHONPATH=$top_srcdir/tools${PYTHONPATH:+:$PYTHONPATH}
+LOADER=$top_srcdir/python/placefs/__init__.py
+PYTHONPATH=$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}
 # The module must work with the standard library alone: that is what is tested.
 PLACEFS_NO_TORCH=1
 export PYTHONPATH PLACEFS_NO_TORCH

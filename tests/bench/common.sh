@@ -3,7 +3,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 B=${B:-$top/build/dev}
-[ -x "$B/fs/placefs" ] || { echo "bench: build first (tools/test dev, or B=...)" >&2; exit 2; }
+[ -x "$B/fs/placefs" ] || { echo "bench: build first (scripts/test dev, or B=...)" >&2; exit 2; }
 PLACEFS=$B/fs/placefs
 PLAN=$B/tools/placefs-plan
 MKCKPT=$B/tools/placefs-mkckpt
@@ -47,7 +47,7 @@ bench_mount() {
 bench_llama_manifests() {
 	"$MKCKPT" --quiet --llama "$1:2048:5504:32000" --shards 4 --index "$bench_work/ckpt"
 	"$PLAN" --json "$bench_work/ckpt" >"$bench_work/plan.json"
-	python3 - "$bench_work" "$top/tools" <<'PY'
+	python3 - "$bench_work" "$top/python" <<'PY'
 import json, sys
 w = sys.argv[1]
 sys.path.insert(0, sys.argv[2])

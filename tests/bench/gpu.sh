@@ -6,7 +6,7 @@
 #   - peer: safetensors.torch.load_file(shard, device="cuda:0") for every shard;
 #   - placefs copy and borrow mode over every gpu-placed tensor (placefs-stage
 #     --all, from the first ioctl to the last byte on the device), and
-#     load_state_dict from tools/placefs.py;
+#     load_state_dict from python/placefs;
 #   - time to the first tensor, the daemon's device memory and peak RSS;
 #   - from local disk with the page cache dropped, against dd iflag=direct of
 #     the same shard files (the storage ceiling).
@@ -82,7 +82,7 @@ bench_mount "$src" "$mnt" -o "$mount_opts"
 t1=$(now_ns)
 pid=$(bench_daemon_pid "$mnt")
 say "mount (cuda ring + pinned buffers): $(python3 -c "print('%.3f' % (($t1-$t0)/1e9))") s"
-first=$(python3 - "$top/tools" "$mnt" <<'PY'
+first=$(python3 - "$top/python" "$mnt" <<'PY'
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
 import placefs
@@ -100,7 +100,7 @@ say "time to first tensor (open + borrow stage + release): $first ms"
 stage_passes best ""
 mem=$(bench_gpu_mem "$pid")
 hwm=$(awk '/VmHWM/ {print $2 " " $3}' "/proc/$pid/status")
-py=$(python3 - "$top/tools" "$mnt" <<'PY'
+py=$(python3 - "$top/python" "$mnt" <<'PY'
 import sys, time
 sys.path.insert(0, sys.argv[1])
 import torch, placefs

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# gpu-smoke: tools/placefs.py with torch against CUDA mounts (-o device=cuda:0)
+# gpu-smoke: python/placefs with torch against CUDA mounts (-o device=cuda:0)
 # and, with torch enabled, against host mounts. This is not part of `make
 # check` (CI has no GPU); run it by hand on a machine with a GPU, torch and
 # /dev/fuse:
@@ -17,7 +17,7 @@ W=$(mktemp -d /tmp/placefs-gpu.XXXXXX)
 MP=$W/mnt
 PID=""
 mkdir -p "$MP"
-export PYTHONPATH="$S/tools:$S/tests/py"
+export PYTHONPATH="$S/python:$S/tests/py"
 unset INSTANTTENSOR_COPY PLACEFS_NO_TORCH INSTANTTENSOR_BUFFER_SIZE
 
 unmount() {
@@ -77,8 +77,8 @@ run "$S/tests/py/gpu_smoke.py" "$MP" mixed 16384
 unmount
 mount_it llama device=cuda:0,buffer_size=64M
 run "$S/tests/py/gpu_smoke.py" "$MP" llama 67108864
-run "$S/tools/placefs.py" "$MP" --device cuda:0 --mode copy --verify
-run "$S/tools/placefs.py" "$MP" --device cuda:0 --mode borrow --verify
+run "$S/python/placefs/__init__.py" "$MP" --device cuda:0 --mode copy --verify
+run "$S/python/placefs/__init__.py" "$MP" --device cuda:0 --mode borrow --verify
 unmount
 
 # The host backend with torch present (CPU tensors through torch).

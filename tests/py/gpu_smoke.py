@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""tools/placefs.py with torch on a CUDA mount (run by tests/py/gpu-smoke.sh).
+"""python/placefs with torch on a CUDA mount (run by tests/py/gpu-smoke.sh).
 
   gpu_smoke.py MNT SOURCE LIMIT
 

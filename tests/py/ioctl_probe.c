@@ -3,7 +3,7 @@
  * ioctl_probe: prints what include/placefs/ioctl.h says about the staging
  * protocol (struct sizes, every field's offset and size, the command
  * numbers, the enum values) and the bytes of a few structs filled by C, so
- * that tests/py/loader_test.py can check tools/placefs.py against the C
+ * that tests/py/loader_test.py can check python/placefs against the C
  * compiler's view rather than against numbers copied by hand.
  */
 #include <stddef.h>
@@ -89,7 +89,7 @@ int main(void)
 	FIELD(release, lease);
 	FIELD(release, reserved);
 
-	/* The request tools/placefs.py must build for ring_info(). */
+	/* The request python/placefs must build for ring_info(). */
 	memset(&ri, 0, sizeof(ri));
 	ri.version = PLACEFS_IOC_VERSION;
 	ri.size = sizeof(ri);

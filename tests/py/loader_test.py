@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Checks tools/placefs.py against the C header and against live placefs mounts.
+"""Checks python/placefs against the C header and against live placefs mounts.
 
 Run by tests/python-loader.sh, one scenario per call:
 

@@ -16,9 +16,8 @@
 #include "backend.h"
 #include "log.h"
 #include "size.h"
+#include "ioctl.h"
 #include "stage.h"
-/* lib/stage.h: the stager. Named by path, as this directory has a stage.h of its own. */
-#include "../lib/stage.h"
 
 /* GPU tensors handed to the prefetcher after each stage, and when to hand on more. */
 #define HINT_WINDOW PLACEFS_STAGE_PREFETCH_MAX

@@ -20,8 +20,8 @@
  * caller's timeout, on a FUSE interrupt (a signal to the caller) and when the
  * session exits.
  */
-#ifndef PLACEFS_FS_STAGE_H
-#define PLACEFS_FS_STAGE_H
+#ifndef PLACEFS_FS_IOCTL_H
+#define PLACEFS_FS_IOCTL_H
 
 #include "ops.h"
 

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: MIT
-# Sourced by tools/demo and tools/test: installs the build and test
+# Sourced by scripts/demo and scripts/test: installs the build and test
 # dependencies on Debian/Ubuntu when they are missing, then builds placefs
 # out of tree in build/$1 with configure flags $2...
 PLACEFS_DEB_PACKAGES="build-essential autoconf automake pkg-config libfuse3-dev fuse3 \
 libcjson-dev check python3 attr"
-# Test-only tools (tools/test): sanitizer runtime, valgrind, libFuzzer, clang-format.
+# Test-only tools (scripts/test): sanitizer runtime, valgrind, libFuzzer, clang-format.
 PLACEFS_DEB_TEST_PACKAGES="valgrind clang clang-format"
 
 # placefs_deps [extra packages...]: installs whatever of the build packages
