@@ -544,8 +544,8 @@ static void do_ring_info(fuse_req_t req, struct fs_stage *fs, const char *fname,
 	out.backend = PLACEFS_IOC_BACKEND_NONE;
 	out.device = -1;
 	if (fs && fs->st) {
-		out.backend = (uint32_t)fs->info.kind;
-		out.device = fs->info.device;
+		out.backend = (uint32_t)fs->info.device.kind;
+		out.device = fs->info.device.index;
 		out.ring_bytes = fs->info.ring_bytes;
 		out.host_buffer_bytes = fs->info.host_buffer_bytes;
 		out.alignment = fs->align;
@@ -695,7 +695,7 @@ static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
 	        "\"dests\": %u, \"zero_copy\": {\"on\": %llu, \"bytes\": %llu, "
 	        "\"registrations\": %llu, \"registration_ns\": %llu, \"registered_bytes\": %llu, "
 	        "\"refused\": %llu, \"stale\": %llu}}",
-	        placefs_backend_kind_name(fs->info.kind), (unsigned long long)s.ring_capacity,
+	        placefs_device_kind_name(fs->info.device.kind), (unsigned long long)s.ring_capacity,
 	        (unsigned long long)s.ring_used, (unsigned long long)s.ring_high_water,
 	        (unsigned long long)s.host_buffer_bytes, (unsigned long long)s.chunk_bytes,
 	        (unsigned long long)s.io_threads,
@@ -721,29 +721,32 @@ static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
 
 /* ---- create / free --------------------------------------------------------------------- */
 
-/* The backend spec for the options; NULL with *why set when staging stays off. */
-static const char *choose_device(const struct placefs_opts *o, char *spec, size_t len, char *why,
-                                 size_t wlen)
+/*
+ * The staging device for the options: -o device= as given, or for the
+ * default cuda:0 when a CUDA device is present. Kind none with *why set
+ * when staging stays off.
+ */
+static struct placefs_device choose_device(const struct placefs_opts *o, char *why, size_t wlen)
 {
+	const struct placefs_device none = {PLACEFS_DEVICE_NONE, -1};
 	struct placefs_error err;
 	int n;
 
-	switch (o->device) {
-	case PLACEFS_DEVICE_NONE: snprintf(why, wlen, "-o device=none"); return NULL;
-	case PLACEFS_DEVICE_HOST: return "host";
-	case PLACEFS_DEVICE_CUDA: snprintf(spec, len, "cuda:%d", o->device_index); return spec;
-	case PLACEFS_DEVICE_AUTO: break;
+	if (!o->device_auto) {
+		if (o->device.kind == PLACEFS_DEVICE_NONE)
+			snprintf(why, wlen, "-o device=none");
+		return o->device;
 	}
 	/* The default: the first GPU when there is one, else no staging. */
 	placefs_error_clear(&err);
 	n = placefs_backend_cuda_devices(&err);
 	if (n > 0)
-		return "cuda:0";
+		return o->device;
 	snprintf(why, wlen,
 	         "no -o device given and %.300s; -o device=host stages through shared "
 	         "memory",
 	         n == 0 ? "no CUDA device is present" : err.msg);
-	return NULL;
+	return none;
 }
 
 static int fs_stage_init(struct fs_stage *fs, struct placefs_mount *m)
@@ -791,10 +794,10 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 	struct placefs_stager_config cfg;
 	struct placefs_error e;
 	struct fs_stage *fs;
-	char spec[32], why[512], ring[32], hb[32], chunk[32], note[256], zc[300];
+	char spec[PLACEFS_DEVICE_NAME_MAX], why[512], ring[32], hb[32], chunk[32], note[256];
+	char zc[300], line[512];
 	struct placefs_stager_stats zs;
-	char line[512];
-	const char *dev;
+	struct placefs_device dev;
 	int rc;
 
 	fs = calloc(1, sizeof(*fs));
@@ -805,9 +808,10 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	}
 	why[0] = '\0';
-	dev = choose_device(m->opts, spec, sizeof(spec), why, sizeof(why));
+	dev = choose_device(m->opts, why, sizeof(why));
+	placefs_device_format(dev, spec);
 	snprintf(fs->device, sizeof(fs->device), "none");
-	if (dev) {
+	if (dev.kind != PLACEFS_DEVICE_NONE) {
 		memset(&cfg, 0, sizeof(cfg));
 		cfg.device = dev;
 		cfg.ring_bytes = placefs_plan_ring_bytes(m->plan);
@@ -816,9 +820,9 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 		cfg.zero_copy = m->opts->zero_copy;
 		placefs_error_clear(&e);
 		rc = placefs_stager_create(&cfg, &fs->st, &e);
-		if (rc != 0 && m->opts->device != PLACEFS_DEVICE_AUTO) {
+		if (rc != 0 && !m->opts->device_auto) {
 			/* Asked for explicitly: refuse to mount, saying why. */
-			placefs_error_set(err, rc, e.kind, "staging (-o device=%s): %s", dev,
+			placefs_error_set(err, rc, e.kind, "staging (-o device=%s): %s", spec,
 			                  e.msg);
 			placefs_fs_stage_free(&(struct placefs_mount){.stage = fs});
 			return rc;
@@ -827,7 +831,7 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 			/* The default device: the mount works without staging. */
 			fs->st = NULL;
 			snprintf(why, sizeof(why),
-			         "no -o device given and %.16s could not be set up: %.400s", dev,
+			         "no -o device given and %.16s could not be set up: %.400s", spec,
 			         e.msg);
 		} else {
 			placefs_backend_get_info(placefs_stager_backend(fs->st), &fs->info);

@@ -66,7 +66,7 @@ static void log_summary(const struct placefs_mount *m, const struct placefs_opts
 	if (placefs_plan_format_summary(m->plan, &sb) == 0)
 		placefs_log_lines(LOG_INFO, placefs_strbuf_cstr(&sb));
 	placefs_strbuf_release(&sb);
-	if (o->ring_size && o->device == PLACEFS_DEVICE_NONE)
+	if (o->ring_size && !o->device_auto && o->device.kind == PLACEFS_DEVICE_NONE)
 		placefs_log(LOG_NOTICE,
 		            "-o ring_size=%llu ignored: staging is disabled (-o device=none), so "
 		            "there is no ring",
@@ -310,7 +310,7 @@ int main(int argc, char *argv[])
 		goto out_ckpt;
 	}
 	/* With -o device=none there is no ring: the option is noted in the log, not applied. */
-	if (opts.ring_size && opts.device != PLACEFS_DEVICE_NONE &&
+	if (opts.ring_size && (opts.device_auto || opts.device.kind != PLACEFS_DEVICE_NONE) &&
 	    placefs_plan_set_ring_bytes(plan, opts.ring_size, "-o ring_size", &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
 		status = placefs_error_exit_status(&err);

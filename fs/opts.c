@@ -128,22 +128,16 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	}
 }
 
-/* The backend's own grammar (cuda:N with N 0..1023, host, none), so both agree. */
+/* lib/device.h's grammar (cuda:N with N 0..1023, host, none), parsed here once. */
 static int parse_device(const char *text, struct placefs_opts *o, struct placefs_error *err)
 {
-	enum placefs_backend_kind kind;
-	int dev;
-
-	if (placefs_backend_parse_spec(text, &kind, &dev, NULL) < 0)
+	if (placefs_device_parse(text, &o->device, NULL) < 0)
 		return placefs_error_set(
 		        err, -EINVAL, PLACEFS_E_USAGE,
 		        "invalid -o device value '%s' (expected cuda:N with N from "
 		        "0 to 1023, host or none)",
 		        text);
-	o->device = kind == PLACEFS_BACKEND_NONE   ? PLACEFS_DEVICE_NONE
-	            : kind == PLACEFS_BACKEND_HOST ? PLACEFS_DEVICE_HOST
-	                                           : PLACEFS_DEVICE_CUDA;
-	o->device_index = dev;
+	o->device_auto = 0;
 	return 0;
 }
 
@@ -247,7 +241,8 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->read_mode = PLACEFS_READ_MMAP;
 	o->readahead = PLACEFS_READAHEAD;
 	o->max_idle_threads = UINT_MAX;
-	o->device = PLACEFS_DEVICE_AUTO;
+	o->device = (struct placefs_device){PLACEFS_DEVICE_CUDA, 0};
+	o->device_auto = 1;
 	o->prefetch = 1;
 	o->push_threads = PLACEFS_PUSH_THREADS;
 	o->max_background = PLACEFS_MAX_BACKGROUND;

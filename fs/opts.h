@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "device.h"
 #include "error.h"
 
 #define PLACEFS_PUSH_THREADS     0 /* page-cache pushers (fs/push.h) unless -o push_threads= */
@@ -41,13 +42,6 @@
  */
 #define PLACEFS_MAX_BACKGROUND     512
 #define PLACEFS_MAX_BACKGROUND_MAX 65535 /* the protocol's field is 16 bits */
-
-enum placefs_device_kind {
-	PLACEFS_DEVICE_NONE = 0, /* no staging (-o device=none) */
-	PLACEFS_DEVICE_HOST,     /* host staging backend */
-	PLACEFS_DEVICE_CUDA,     /* CUDA device `device_index` */
-	PLACEFS_DEVICE_AUTO,     /* default: cuda:0 when a CUDA device is present, else none */
-};
 
 /*
  * How READ replies get their bytes. mmap is the default: one copy instead of
@@ -69,8 +63,12 @@ struct placefs_opts {
 	int has_limit; /* -o buffer_size= or INSTANTTENSOR_BUFFER_SIZE */
 	uint64_t limit;
 	const char *limit_origin; /* "-o buffer_size" or "INSTANTTENSOR_BUFFER_SIZE" */
-	enum placefs_device_kind device;
-	int device_index;      /* for PLACEFS_DEVICE_CUDA */
+	/*
+	 * -o device=, parsed once (lib/device.h). device_auto: not given, so
+	 * staging goes to cuda:0 when a CUDA device is present, else is off.
+	 */
+	struct placefs_device device;
+	int device_auto;
 	uint64_t host_buffer;  /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
 	uint64_t ring_size;    /* -o ring_size=, bytes; 0 = the plan's own ring (lib/plan.h) */
 	int prefetch;          /* 1 unless -o noprefetch */

@@ -35,51 +35,6 @@ struct placefs__dest_entry {
 	uint64_t stamp; /* last use, for eviction */
 };
 
-_Static_assert((int)PLACEFS_BACKEND_CUDA == PLACEFS_IOC_BACKEND_CUDA, "backend kinds");
-
-const char *placefs_backend_kind_name(enum placefs_backend_kind kind)
-{
-	switch (kind) {
-	case PLACEFS_BACKEND_NONE: return "none";
-	case PLACEFS_BACKEND_HOST: return "host";
-	case PLACEFS_BACKEND_CUDA: return "cuda";
-	}
-	return "unknown";
-}
-
-int placefs_backend_parse_spec(const char *spec, enum placefs_backend_kind *kind, int *device,
-                               struct placefs_error *err)
-{
-	const char *p;
-	long v = 0;
-
-	if (!spec)
-		spec = "";
-	if (strcmp(spec, "none") == 0 || strcmp(spec, "host") == 0) {
-		*kind = spec[0] == 'n' ? PLACEFS_BACKEND_NONE : PLACEFS_BACKEND_HOST;
-		*device = -1;
-		return 0;
-	}
-	if (strncmp(spec, "cuda:", 5) != 0 || spec[5] == '\0')
-		goto bad;
-	/* Decimal digits only: no sign, no spaces, no hex, at most 4 digits. */
-	for (p = spec + 5; *p; p++) {
-		if (*p < '0' || *p > '9' || p - (spec + 5) >= 4)
-			goto bad;
-		v = v * 10 + (*p - '0');
-	}
-	if (v > 1023)
-		goto bad;
-	*kind = PLACEFS_BACKEND_CUDA;
-	*device = (int)v;
-	return 0;
-bad:
-	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-	                         "device spec \"%.64s\": expected cuda:N (N from 0 to 1023), host "
-	                         "or none",
-	                         spec);
-}
-
 int placefs_backend_cuda_devices(struct placefs_error *err)
 {
 #ifdef HAVE_CUDA
@@ -133,21 +88,22 @@ int placefs_cuda_to_host(int device, const void *src, void *dst, uint64_t n,
 }
 #endif
 
-int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_buffer,
+int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint64_t host_buffer,
                            struct placefs_backend **out, struct placefs_error *err)
 {
 	const struct placefs_backend_ops *ops = NULL;
 	struct placefs_backend *be;
-	enum placefs_backend_kind kind;
+	char spec[PLACEFS_DEVICE_NAME_MAX];
 	uint64_t chunk, n;
-	int device, rc;
+	int rc;
 
 	*out = NULL;
-	rc = placefs_backend_parse_spec(spec, &kind, &device, err);
+	rc = placefs_device_check(dev, err);
 	if (rc != 0)
 		return rc;
-	if (kind == PLACEFS_BACKEND_NONE)
+	if (dev.kind == PLACEFS_DEVICE_NONE)
 		return 0;
+	placefs_device_format(dev, spec);
 	if (ring_bytes == 0)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
 		                         "%s: the staging ring size must be greater than zero",
@@ -160,7 +116,7 @@ int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_
 		                         (unsigned long long)host_buffer,
 		                         (unsigned long long)PLACEFS_HOST_BUFFER_MIN,
 		                         (unsigned long long)PLACEFS_HOST_BUFFER_MAX);
-	if (kind == PLACEFS_BACKEND_HOST) {
+	if (dev.kind == PLACEFS_DEVICE_HOST) {
 		ops = &placefs__host_ops;
 	} else {
 #ifdef HAVE_CUDA
@@ -186,13 +142,12 @@ int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "%s: out of memory", spec);
 	}
 	be->ops = ops;
-	be->info.kind = kind;
-	be->info.device = device;
+	be->info.device = dev;
 	be->info.ring_bytes = ring_bytes;
 	be->info.chunk_bytes = chunk;
 	be->info.nchunks = (unsigned)n;
 	be->info.host_buffer_bytes = chunk * n;
-	rc = ops->open(be, device, err);
+	rc = ops->open(be, dev.index, err);
 	if (rc != 0) {
 		pthread_mutex_destroy(&be->dest_lock);
 		free(be);

@@ -30,14 +30,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "device.h"
 #include "error.h"
 #include "placefs/ioctl.h"
-
-enum placefs_backend_kind {
-	PLACEFS_BACKEND_NONE = PLACEFS_IOC_BACKEND_NONE,
-	PLACEFS_BACKEND_HOST = PLACEFS_IOC_BACKEND_HOST,
-	PLACEFS_BACKEND_CUDA = PLACEFS_IOC_BACKEND_CUDA,
-};
 
 /* -o host_buffer default and bounds. */
 #define PLACEFS_HOST_BUFFER_DEFAULT (64ULL << 20)
@@ -56,10 +51,9 @@ enum placefs_backend_kind {
 struct placefs_backend;
 
 struct placefs_backend_info {
-	enum placefs_backend_kind kind;
-	int device;                 /* CUDA ordinal; -1 for host */
-	uint64_t ring_bytes;        /* the one ring allocation */
-	uint64_t host_buffer_bytes; /* nchunks * chunk_bytes (<= the requested host_buffer) */
+	struct placefs_device device; /* host (index -1) or cuda:N */
+	uint64_t ring_bytes;          /* the one ring allocation */
+	uint64_t host_buffer_bytes;   /* nchunks * chunk_bytes (<= the requested host_buffer) */
 	uint64_t chunk_bytes;
 	unsigned nchunks;
 	uint32_t handle_kind;  /* enum placefs_ioc_handle_kind of the ring export */
@@ -90,25 +84,15 @@ struct placefs_dest {
 	pid_t pid;
 };
 
-/* "cuda", "host", "none". */
-const char *placefs_backend_kind_name(enum placefs_backend_kind kind);
-
 /*
- * Parses "cuda:N" (N decimal, 0..1023), "host" or "none", strictly: anything
- * else is -EINVAL with a message quoting the spec. *device is -1 unless cuda.
- */
-int placefs_backend_parse_spec(const char *spec, enum placefs_backend_kind *kind, int *device,
-                               struct placefs_error *err);
-
-/*
- * Creates the backend named by `spec` with a ring of ring_bytes (> 0) and
+ * Creates the backend of device `dev` (lib/device.h) with a ring of ring_bytes (> 0) and
  * bounce chunks carved from at most host_buffer bytes (0 = default; else
  * PLACEFS_HOST_BUFFER_MIN..MAX). "none" succeeds with *out = NULL.
- * Errors: -EINVAL (spec, sizes), -ENODEV (no such CUDA device; the message
+ * Errors: -EINVAL (a device that placefs_device_check() refuses, sizes), -ENODEV (no such CUDA device; the message
  * is "cuda:N requested but no CUDA device is available: <CUDA error>"),
  * -EOPNOTSUPP (cuda:N in a build without CUDA), -ENOMEM, -EIO.
  */
-int placefs_backend_create(const char *spec, uint64_t ring_bytes, uint64_t host_buffer,
+int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint64_t host_buffer,
                            struct placefs_backend **out, struct placefs_error *err);
 
 /*

@@ -72,9 +72,9 @@
 struct placefs_stager;
 
 struct placefs_stager_config {
-	const char *device;   /* backend spec: "cuda:N", "host" or "none" */
-	uint64_t ring_bytes;  /* > 0: the staging limit, or placefs_plan_ring_bytes() */
-	uint64_t host_buffer; /* 0 = PLACEFS_HOST_BUFFER_DEFAULT */
+	struct placefs_device device; /* cuda:N, host or none (lib/device.h) */
+	uint64_t ring_bytes;          /* > 0: the staging limit, or placefs_plan_ring_bytes() */
+	uint64_t host_buffer;         /* 0 = PLACEFS_HOST_BUFFER_DEFAULT */
 	/*
 	 * 0 = default: $PLACEFS_STAGE_IO_THREADS if set, else online CPUs - 2
 	 * clamped to [4, 16]; capped by the number of bounce chunks.

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "testutil.h"
 
 static uint8_t pat(uint64_t i, unsigned seed)
 {
@@ -27,8 +28,8 @@ static struct placefs_backend *mk(const char *spec, uint64_t ring, uint64_t hb)
 	struct placefs_error err;
 
 	placefs_error_clear(&err);
-	ck_assert_msg(placefs_backend_create(spec, ring, hb, &be, &err) == 0, "%s: %s", spec,
-	              err.msg);
+	ck_assert_msg(placefs_backend_create(tu_device(spec), ring, hb, &be, &err) == 0, "%s: %s",
+	              spec, err.msg);
 	ck_assert_ptr_nonnull(be);
 	return be;
 }
@@ -76,68 +77,28 @@ static void expect_pat(const uint8_t *p, uint64_t n, unsigned seed)
 			             pat(i, seed));
 }
 
-START_TEST(test_parse_spec)
-{
-	static const char *const bad[] = {
-	        "",         "cuda",    "cuda:",  "cuda:abc", "cuda:-1",    "cuda:1024",
-	        "cuda:0x1", " host",   "host ",  "HOST",     "cuda:00001", "gpu",
-	        "cuda:1a",  "cuda: 1", "none\n", "cuda:+1",  "cuda:0:1",
-	};
-	enum placefs_backend_kind kind;
-	struct placefs_error err;
-	int dev;
-	size_t i;
-
-	ck_assert_int_eq(placefs_backend_parse_spec("none", &kind, &dev, NULL), 0);
-	ck_assert_int_eq(kind, PLACEFS_BACKEND_NONE);
-	ck_assert_int_eq(dev, -1);
-	ck_assert_int_eq(placefs_backend_parse_spec("host", &kind, &dev, NULL), 0);
-	ck_assert_int_eq(kind, PLACEFS_BACKEND_HOST);
-	ck_assert_int_eq(dev, -1);
-	ck_assert_int_eq(placefs_backend_parse_spec("cuda:0", &kind, &dev, NULL), 0);
-	ck_assert_int_eq(kind, PLACEFS_BACKEND_CUDA);
-	ck_assert_int_eq(dev, 0);
-	ck_assert_int_eq(placefs_backend_parse_spec("cuda:1023", &kind, &dev, NULL), 0);
-	ck_assert_int_eq(dev, 1023);
-	ck_assert_int_eq(placefs_backend_parse_spec("cuda:07", &kind, &dev, NULL), 0);
-	ck_assert_int_eq(dev, 7);
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		placefs_error_clear(&err);
-		ck_assert_msg(placefs_backend_parse_spec(bad[i], &kind, &dev, &err) == -EINVAL,
-		              "\"%s\" accepted", bad[i]);
-		ck_assert_int_eq(err.kind, PLACEFS_E_USAGE);
-		ck_assert_ptr_nonnull(strstr(err.msg, "expected cuda:N"));
-	}
-	placefs_error_clear(&err);
-	placefs_backend_parse_spec("cuda:abc", &kind, &dev, &err);
-	ck_assert_str_eq(
-	        err.msg,
-	        "device spec \"cuda:abc\": expected cuda:N (N from 0 to 1023), host or none");
-	ck_assert_str_eq(placefs_backend_kind_name(PLACEFS_BACKEND_CUDA), "cuda");
-	ck_assert_str_eq(placefs_backend_kind_name(PLACEFS_BACKEND_HOST), "host");
-	ck_assert_str_eq(placefs_backend_kind_name(PLACEFS_BACKEND_NONE), "none");
-}
-END_TEST
-
 START_TEST(test_create_none_and_bad)
 {
 	struct placefs_backend *be = (struct placefs_backend *)1;
 	struct placefs_error err;
 
-	ck_assert_int_eq(placefs_backend_create("none", 1 << 20, 0, &be, NULL), 0);
+	ck_assert_int_eq(placefs_backend_create(tu_device("none"), 1 << 20, 0, &be, NULL), 0);
 	ck_assert_ptr_null(be);
 	placefs_error_clear(&err);
-	ck_assert_int_eq(placefs_backend_create("cuda:abc", 1 << 20, 0, &be, &err), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(err.msg, "cuda:abc"));
+	ck_assert_int_eq(placefs_backend_create((struct placefs_device){PLACEFS_DEVICE_CUDA, 5000},
+	                                        1 << 20, 0, &be, &err),
+	                 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "index 5000"));
 	placefs_error_clear(&err);
-	ck_assert_int_eq(placefs_backend_create("host", 0, 0, &be, &err), -EINVAL);
+	ck_assert_int_eq(placefs_backend_create(tu_device("host"), 0, 0, &be, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "ring size"));
 	placefs_error_clear(&err);
-	ck_assert_int_eq(placefs_backend_create("host", 1 << 20, 4096, &be, &err), -EINVAL);
+	ck_assert_int_eq(placefs_backend_create(tu_device("host"), 1 << 20, 4096, &be, &err),
+	                 -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "host_buffer=4096"));
-	ck_assert_int_eq(
-	        placefs_backend_create("host", 1 << 20, PLACEFS_HOST_BUFFER_MAX + 1, &be, NULL),
-	        -EINVAL);
+	ck_assert_int_eq(placefs_backend_create(tu_device("host"), 1 << 20,
+	                                        PLACEFS_HOST_BUFFER_MAX + 1, &be, NULL),
+	                 -EINVAL);
 	ck_assert_ptr_null(be);
 	placefs_backend_free(NULL);
 }
@@ -152,8 +113,8 @@ START_TEST(test_host_info_and_chunks)
 
 	be = mk("host", 1 << 20, 64 << 10);
 	placefs_backend_get_info(be, &info);
-	ck_assert_int_eq(info.kind, PLACEFS_BACKEND_HOST);
-	ck_assert_int_eq(info.device, -1);
+	ck_assert_int_eq(info.device.kind, PLACEFS_DEVICE_HOST);
+	ck_assert_int_eq(info.device.index, -1);
 	ck_assert_uint_eq(info.ring_bytes, 1 << 20);
 	ck_assert_uint_eq(info.chunk_bytes, 4096);
 	ck_assert_uint_eq(info.nchunks, 16);
@@ -542,7 +503,7 @@ static int ipc_child(int rfd, int wfd)
 	uint64_t i;
 
 	placefs_error_clear(&err);
-	if (placefs_backend_create("cuda:0", 1 << 20, 1 << 20, &be, &err) != 0) {
+	if (placefs_backend_create(tu_device("cuda:0"), 1 << 20, 1 << 20, &be, &err) != 0) {
 		fprintf(stderr, "child: %s\n", err.msg);
 		return 2;
 	}
@@ -625,7 +586,8 @@ START_TEST(test_cuda)
 #ifndef HAVE_CUDA
 	ck_assert_int_eq(n, -EOPNOTSUPP);
 	placefs_error_clear(&err);
-	ck_assert_int_eq(placefs_backend_create("cuda:0", 1 << 20, 0, &be, &err), -EOPNOTSUPP);
+	ck_assert_int_eq(placefs_backend_create(tu_device("cuda:0"), 1 << 20, 0, &be, &err),
+	                 -EOPNOTSUPP);
 	ck_assert_str_eq(err.msg, "cuda:0 requested but placefs was built without CUDA");
 	ck_assert_ptr_null(be);
 #else
@@ -636,7 +598,8 @@ START_TEST(test_cuda)
 			ck_assert_ptr_nonnull(strstr(err.msg, "no CUDA device is available: "));
 		}
 		placefs_error_clear(&err);
-		ck_assert_int_eq(placefs_backend_create("cuda:0", 1 << 20, 0, &be, &err), -ENODEV);
+		ck_assert_int_eq(placefs_backend_create(tu_device("cuda:0"), 1 << 20, 0, &be, &err),
+		                 -ENODEV);
 		ck_assert_ptr_null(be);
 		ck_assert_msg(strncmp(err.msg, "cuda:0 requested but no CUDA device is available: ",
 		                      50) == 0,
@@ -653,8 +616,8 @@ START_TEST(test_cuda)
 
 		be = mk("cuda:0", 8 << 20, 1 << 20);
 		placefs_backend_get_info(be, &info);
-		ck_assert_int_eq(info.kind, PLACEFS_BACKEND_CUDA);
-		ck_assert_int_eq(info.device, 0);
+		ck_assert_int_eq(info.device.kind, PLACEFS_DEVICE_CUDA);
+		ck_assert_int_eq(info.device.index, 0);
 		ck_assert_uint_eq(info.ring_bytes, 8 << 20);
 		ck_assert_uint_eq(info.nchunks, 16);
 		ck_assert_uint_eq(info.handle_kind, PLACEFS_IOC_HANDLE_CUDA_IPC);
@@ -680,7 +643,8 @@ START_TEST(test_cuda)
 
 		snprintf(spec, sizeof(spec), "cuda:%d", n);
 		placefs_error_clear(&err);
-		ck_assert_int_eq(placefs_backend_create(spec, 1 << 20, 0, &be, &err), -ENODEV);
+		ck_assert_int_eq(placefs_backend_create(tu_device(spec), 1 << 20, 0, &be, &err),
+		                 -ENODEV);
 		ck_assert_ptr_nonnull(strstr(err.msg, "this machine has"));
 		cuda_ipc_dest_test();
 	}
@@ -694,7 +658,6 @@ static Suite *backend_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_parse_spec);
 	tcase_add_test(tc, test_create_none_and_bad);
 	tcase_add_test(tc, test_host_info_and_chunks);
 	tcase_add_test(tc, test_host_ring_export);

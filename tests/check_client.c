@@ -140,8 +140,8 @@ START_TEST(test_ring_map_host)
 	uint64_t i;
 
 	placefs_error_clear(&err);
-	ck_assert_msg(placefs_backend_create("host", ring, 64 << 10, &be, &err) == 0, "%s",
-	              err.msg);
+	ck_assert_msg(placefs_backend_create(tu_device("host"), ring, 64 << 10, &be, &err) == 0,
+	              "%s", err.msg);
 	placefs_backend_get_info(be, &info);
 	ck_assert_uint_ge(info.chunk_bytes, 4096);
 	n = info.chunk_bytes / 2;
@@ -156,8 +156,8 @@ START_TEST(test_ring_map_host)
 	memset(&ri, 0, sizeof(ri));
 	ri.version = PLACEFS_IOC_VERSION;
 	ri.size = sizeof(ri);
-	ri.backend = info.kind;
-	ri.device = info.device;
+	ri.backend = info.device.kind;
+	ri.device = info.device.index;
 	ri.ring_bytes = info.ring_bytes;
 	ri.handle_kind = info.handle_kind;
 	ri.handle_bytes = info.handle_bytes;

@@ -65,7 +65,7 @@ static struct placefs_stager *mk(const char *dev, uint64_t ring, uint64_t hb, un
                                  int prefetch)
 {
 	struct placefs_stager_config cfg = {
-	        .device = dev,
+	        .device = tu_device(dev),
 	        .ring_bytes = ring,
 	        .host_buffer = hb,
 	        .io_threads = threads,
@@ -139,13 +139,13 @@ static uint8_t *shm_make(const char *name, uint64_t size)
 
 START_TEST(test_none_and_bad_config)
 {
-	struct placefs_stager_config cfg = {.device = "none", .ring_bytes = MiB};
+	struct placefs_stager_config cfg = {.device = tu_device("none"), .ring_bytes = MiB};
 	struct placefs_stager *st = (struct placefs_stager *)1;
 	struct placefs_error err;
 
 	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), 0);
 	ck_assert_ptr_null(st);
-	cfg.device = "host";
+	cfg.device = tu_device("host");
 	cfg.io_threads = 1000;
 	placefs_error_clear(&err);
 	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
@@ -157,7 +157,7 @@ START_TEST(test_none_and_bad_config)
 	cfg.ring_bytes = 0;
 	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), -EINVAL);
 	cfg.ring_bytes = MiB;
-	cfg.device = "cuda:x";
+	cfg.device = (struct placefs_device){PLACEFS_DEVICE_CUDA, -1};
 	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), -EINVAL);
 	ck_assert_ptr_null(st);
 	placefs_stager_free(NULL);
@@ -1122,7 +1122,7 @@ END_TEST
 START_TEST(test_io_spin_setting)
 {
 	static const char *const windows[] = {"0", "5000"};
-	struct placefs_stager_config cfg = {.device = "host", .ring_bytes = 4 * MiB};
+	struct placefs_stager_config cfg = {.device = tu_device("host"), .ring_bytes = 4 * MiB};
 	struct placefs_prefetch_item items[4];
 	struct placefs_stage_span sp;
 	struct placefs_stager *st = NULL;
@@ -1163,7 +1163,7 @@ END_TEST
 /* The host backend has no zero-copy: the knobs are parsed, reported, and change nothing. */
 START_TEST(test_zero_copy_host)
 {
-	struct placefs_stager_config cfg = {.device = "host", .ring_bytes = 4 * MiB};
+	struct placefs_stager_config cfg = {.device = tu_device("host"), .ring_bytes = 4 * MiB};
 	struct placefs_stager_stats ss;
 	struct placefs_stage_span sp;
 	struct placefs_stager *st = NULL;
@@ -1307,7 +1307,7 @@ START_TEST(test_zero_copy_fanout_cuda)
 	static const char *const knobs[][2] = {{"1", "block"}, {"3", "spin"}, {"16", "block"}};
 	static const uint64_t offs[] = {7, 0, 4096, 123};
 	static const uint64_t sizes[] = {4 * MiB + 1, 12 * MiB - 1, 48 * MiB, 64 * KiB + 5};
-	struct placefs_stager_config cfg = {.device = "cuda:0", .ring_bytes = 64 * MiB};
+	struct placefs_stager_config cfg = {.device = tu_device("cuda:0"), .ring_bytes = 64 * MiB};
 	struct placefs_stage_span sp;
 	struct placefs_stager *st;
 	struct placefs_error err;

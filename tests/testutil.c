@@ -180,3 +180,13 @@ const char *tu_expect_for(const struct tu_expect *ex, const char *file)
 	ck_abort_msg("%s has no line in EXPECTED.tsv", file);
 	return NULL;
 }
+
+struct placefs_device tu_device(const char *spec)
+{
+	struct placefs_device d = {PLACEFS_DEVICE_NONE, -1};
+	struct placefs_error err;
+
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_device_parse(spec, &d, &err) == 0, "%s", err.msg);
+	return d;
+}

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
+
 /* Creates a fresh directory under $TMPDIR (or /tmp); returns a malloc'd path. */
 char *tu_mkdtemp(void);
 /* Removes a directory tree (best effort). */
@@ -24,6 +26,8 @@ void tu_write_text(const char *path, const char *text);
 uint8_t *tu_st_image(const char *json, uint64_t data_len, size_t *len);
 /* Same, written to a file. */
 void tu_st_write(const char *path, const char *json, uint64_t data_len);
+/* The device spec (lib/device.h grammar) as a value; fails the test if it does not parse. */
+struct placefs_device tu_device(const char *spec);
 /* Reads a whole file into a malloc'd buffer; *len gets its size. */
 uint8_t *tu_read_file(const char *path, size_t *len);
 

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * io: whole reads and writes over descriptors, retrying EINTR and short
+ * transfers, in one place.
+ *
+ * None of these allocate or log; each transfers at most 1 GiB per system
+ * call (what Linux does anyway) so that any length is accepted.
+ */
+#ifndef PLACEFS_IO_H
+#define PLACEFS_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * Reads up to len bytes at offset off of fd into buf, stopping early only at
+ * end of file. Returns the number of bytes read (less than len only at end
+ * of file) or a negative errno from pread().
+ */
+ssize_t placefs_io_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
+/*
+ * The same with read() from the current file position (pipes, FIFOs,
+ * sockets, files whose offset the caller manages).
+ */
+ssize_t placefs_io_read_full(int fd, void *buf, size_t len);
+
+/*
+ * Writes all len bytes of buf at offset off of fd. Returns 0, or a negative
+ * errno from pwrite() (-EIO when pwrite() returns 0 for a non-zero count).
+ */
+int placefs_io_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+
+/* The same with write() at the current file position. */
+int placefs_io_write_full(int fd, const void *buf, size_t len);
+
+#endif
