@@ -14,10 +14,12 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "clock.h"
+#include "ioctl.h"
 #include "log.h"
 #include "size.h"
-#include "ioctl.h"
 #include "stage.h"
+#include "stats.h"
 
 /* GPU tensors handed to the prefetcher after each stage, and when to hand on more. */
 #define HINT_WINDOW PLACEFS_STAGE_PREFETCH_MAX
@@ -32,7 +34,7 @@
 struct sreq {
 	struct sreq *prev;
 	struct sreq *next;
-	struct fs_stage *fs;
+	struct placefs_ioctl *fs;
 	fuse_req_t req;
 	int cancel; /* set by an interrupt or by shutdown; polled by the ring */
 	uint64_t fh;
@@ -42,13 +44,15 @@ struct sreq {
 	struct placefs_ioc_stage io;
 };
 
-struct fs_stage {
+/* The staging glue of one mount. */
+struct placefs_ioctl {
 	struct placefs_mount *m;
 	struct placefs_stager *st; /* NULL: staging disabled */
 	struct placefs_backend_info info;
 	uint64_t align;
-	char device[160];   /* for the log and stats: "none", "host (/placefs-1-0)", ... */
-	char log_line[768]; /* what placefs_fs_stage_log() says */
+	char device[160];    /* for the log and stats: "none", "host (/placefs-1-0)", ... */
+	char log_line[768];  /* what placefs_ioctl_log() says */
+	char plan_line[512]; /* what placefs_ioctl_plan_line() gives */
 
 	/* GPU-placed plan entries in checkpoint order, and each entry's position there. */
 	size_t ngpu;
@@ -95,10 +99,10 @@ static const char *fname_of(struct placefs_mount *m, size_t entry)
 }
 
 /* Logs why a request is refused before it reaches the stager, and answers it. */
-static void refuse(fuse_req_t req, struct fs_stage *fs, int e, const char *fmt, ...)
+static void refuse(fuse_req_t req, struct placefs_ioctl *fs, int e, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
 
-static void refuse(fuse_req_t req, struct fs_stage *fs, int e, const char *fmt, ...)
+static void refuse(fuse_req_t req, struct placefs_ioctl *fs, int e, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -110,19 +114,6 @@ static void refuse(fuse_req_t req, struct fs_stage *fs, int e, const char *fmt, 
 		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
 	placefs_log(e == EFBIG ? LOG_NOTICE : LOG_WARNING, "staging: %s (%s)", msg, strerror(e));
 	fuse_reply_err(req, e);
-}
-
-static int cond_init_mono(pthread_cond_t *c)
-{
-	pthread_condattr_t ca;
-	int rc;
-
-	if (pthread_condattr_init(&ca) != 0)
-		return -ENOMEM;
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	rc = pthread_cond_init(c, &ca) == 0 ? 0 : -ENOMEM;
-	pthread_condattr_destroy(&ca);
-	return rc;
 }
 
 /* ---- cancellation ------------------------------------------------------------ */
@@ -137,7 +128,7 @@ static void on_interrupt(fuse_req_t req, void *data)
 }
 
 /* Ends every wait and refuses new stages: the session is ending. */
-static void cancel_all(struct fs_stage *fs)
+static void cancel_all(struct placefs_ioctl *fs)
 {
 	struct sreq *r;
 
@@ -150,7 +141,7 @@ static void cancel_all(struct fs_stage *fs)
 		placefs_stager_wake(fs->st);
 }
 
-static void inflight_add(struct fs_stage *fs, struct sreq *r)
+static void inflight_add(struct placefs_ioctl *fs, struct sreq *r)
 {
 	pthread_mutex_lock(&fs->lock);
 	r->prev = NULL;
@@ -164,7 +155,7 @@ static void inflight_add(struct fs_stage *fs, struct sreq *r)
 	pthread_mutex_unlock(&fs->lock);
 }
 
-static void inflight_del(struct fs_stage *fs, struct sreq *r)
+static void inflight_del(struct placefs_ioctl *fs, struct sreq *r)
 {
 	pthread_mutex_lock(&fs->lock);
 	if (r->prev)
@@ -184,8 +175,7 @@ static void inflight_del(struct fs_stage *fs, struct sreq *r)
  */
 static void *watch_main(void *arg)
 {
-	struct fs_stage *fs = arg;
-	struct timespec ts;
+	struct placefs_ioctl *fs = arg;
 	unsigned ticks = 0;
 
 	pthread_mutex_lock(&fs->lock);
@@ -206,13 +196,7 @@ static void *watch_main(void *arg)
 			pthread_mutex_lock(&fs->lock);
 			continue;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += (long)WATCH_NS;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&fs->cond, &fs->lock, &ts);
+		placefs_clock_cond_wait_ns(&fs->cond, &fs->lock, WATCH_NS);
 	}
 	pthread_mutex_unlock(&fs->lock);
 	return NULL;
@@ -228,7 +212,7 @@ static void *watch_main(void *arg)
  * not ask for the tensor after the last one (it started again or jumped),
  * so the cost stays O(1) per stage.
  */
-static void hint_after(struct fs_stage *fs, size_t entry)
+static void hint_after(struct placefs_ioctl *fs, size_t entry)
 {
 	struct placefs_prefetch_item *items;
 	struct placefs_error err;
@@ -274,7 +258,7 @@ static void hint_after(struct fs_stage *fs, size_t entry)
 
 static void run_stage(struct sreq *r)
 {
-	struct fs_stage *fs = r->fs;
+	struct placefs_ioctl *fs = r->fs;
 	struct placefs_mount *m = fs->m;
 	const struct placefs_tensor *t = placefs_plan_entry(m->plan, r->entry)->tensor;
 	int fd = placefs_ckpt_shard(m->ckpt, t->shard)->fd;
@@ -292,13 +276,7 @@ static void run_stage(struct sreq *r)
 	int rc;
 
 	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		dl.tv_sec += (time_t)(io->timeout_ns / 1000000000ULL);
-		dl.tv_nsec += (long)(io->timeout_ns % 1000000000ULL);
-		if (dl.tv_nsec >= 1000000000L) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000L;
-		}
+		dl = placefs_clock_deadline(io->timeout_ns);
 		o.deadline = &dl;
 	}
 	placefs_error_clear(&err);
@@ -353,7 +331,7 @@ static void run_stage(struct sreq *r)
 static void *detached_main(void *arg)
 {
 	struct sreq *r = arg;
-	struct fs_stage *fs = r->fs;
+	struct placefs_ioctl *fs = r->fs;
 
 	run_stage(r);
 	free(r);
@@ -362,17 +340,6 @@ static void *detached_main(void *arg)
 		pthread_cond_broadcast(&fs->cond);
 	pthread_mutex_unlock(&fs->lock);
 	return NULL;
-}
-
-/* A shm name as the backend accepts it: "/name", no other '/', NUL-terminated. */
-static bool shm_name_ok(const uint8_t *h, uint32_t bytes)
-{
-	size_t len;
-
-	if (bytes < 3 || bytes > PLACEFS_IOC_HANDLE_MAX)
-		return false;
-	len = strnlen((const char *)h, bytes);
-	return len == (size_t)bytes - 1 && h[0] == '/' && !memchr(h + 1, '/', len - 1);
 }
 
 /* Writes why a request is malformed and returns EINVAL. */
@@ -391,6 +358,8 @@ static int bad(char *why, size_t len, const char *fmt, ...)
 /* Every field of a STAGE request; 0 or the errno, with a message. */
 static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 {
+	struct placefs_error err;
+
 	if (s->version != PLACEFS_IOC_VERSION)
 		return bad(why, len, "version %u, expected %u", s->version, PLACEFS_IOC_VERSION);
 	if (s->size != sizeof(*s))
@@ -414,10 +383,9 @@ static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 			           PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES, s->dest_handle_bytes);
 		break;
 	case PLACEFS_IOC_HANDLE_HOST_SHM:
-		if (!shm_name_ok(s->dest_handle, s->dest_handle_bytes))
-			return bad(why, len,
-			           "destination shm name must be \"/name\" (no other '/') "
-			           "with dest_handle_bytes its length + 1");
+		placefs_error_clear(&err);
+		if (placefs_backend_shm_name_check(s->dest_handle, s->dest_handle_bytes, &err) < 0)
+			return bad(why, len, "%s", err.msg);
 		break;
 	default: return bad(why, len, "unknown destination kind %u", s->dest_kind);
 	}
@@ -431,7 +399,7 @@ static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 	return 0;
 }
 
-static void do_stage(fuse_req_t req, struct fs_stage *fs, size_t entry, uint64_t fh,
+static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint64_t fh,
                      const struct placefs_ioc_stage *in)
 {
 	struct placefs_mount *m = fs->m;
@@ -524,7 +492,7 @@ static void do_stage(fuse_req_t req, struct fs_stage *fs, size_t entry, uint64_t
 
 /* ---- RING_INFO, RELEASE ---------------------------------------------------------------- */
 
-static void do_ring_info(fuse_req_t req, struct fs_stage *fs, const char *fname,
+static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *fname,
                          const struct placefs_ioc_ring_info *in)
 {
 	struct placefs_ioc_ring_info out;
@@ -556,7 +524,7 @@ static void do_ring_info(fuse_req_t req, struct fs_stage *fs, const char *fname,
 	fuse_reply_ioctl(req, 0, &out, sizeof(out));
 }
 
-static void do_release(fuse_req_t req, struct fs_stage *fs, const char *fname, uint64_t fh,
+static void do_release(fuse_req_t req, struct placefs_ioctl *fs, const char *fname, uint64_t fh,
                        const struct placefs_ioc_release *in)
 {
 	if (in->version != PLACEFS_IOC_VERSION || in->size != sizeof(*in)) {
@@ -580,12 +548,12 @@ static void do_release(fuse_req_t req, struct fs_stage *fs, const char *fname, u
 	fuse_reply_ioctl(req, 0, NULL, 0);
 }
 
-void placefs_fs_stage_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
-                            struct fuse_file_info *fi, unsigned flags, const void *in_buf,
-                            size_t in_bufsz, size_t out_bufsz)
+void placefs_ioctl_op(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+                      struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+                      size_t in_bufsz, size_t out_bufsz)
 {
-	struct placefs_mount *m = fuse_req_userdata(req);
-	struct fs_stage *fs = m->stage;
+	struct placefs_mount *m = placefs_mount_of(req);
+	struct placefs_ioctl *fs = m->stage;
 	struct placefs_vnode node;
 	unsigned int want;
 	size_t size, out_size;
@@ -661,62 +629,78 @@ void placefs_fs_stage_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, vo
 	}
 }
 
-void placefs_fs_stage_release(struct placefs_mount *m, uint64_t fh)
+void placefs_ioctl_release(struct placefs_ioctl *fs, uint64_t fh)
 {
-	struct fs_stage *fs = m->stage;
-
 	if (fs && fs->st)
 		placefs_stager_release_owner(fs->st, fh);
 }
 
 /* ---- stats --------------------------------------------------------------------------- */
 
-static int stats_hook(const struct placefs_mount *m, struct placefs_strbuf *sb)
-{
-	const struct fs_stage *fs = m->stage;
-	struct placefs_stager_stats s;
-	int rc;
+/* Values of "staging" computed when the document is made. */
+struct staging_view {
+	unsigned dests; /* copy destinations the backend holds mapped */
+};
 
-	if ((rc = placefs_strbuf_adds(sb, ", \"staging\": {\"device\": ")) < 0 ||
-	    (rc = placefs_strbuf_add_json_string(sb, fs ? fs->device : "none")) < 0)
-		return rc;
-	if (!fs || !fs->st)
-		return placefs_strbuf_adds(sb, ", \"backend\": \"none\"}");
+/*
+ * The members of "staging" after "device" and "backend", in order: one row
+ * each. Base 0 is the stager's snapshot, base 1 this module, base 2 the view.
+ */
+#define STAGER(path, member) PLACEFS_STAT(path, U64, 0, struct placefs_stager_stats, member)
+#define OWN(path, member)    PLACEFS_STAT(path, ATOMIC_U64, 1, struct placefs_ioctl, member)
+#define VIEW(path, member)   PLACEFS_STAT(path, UINT, 2, struct staging_view, member)
+
+static const struct placefs_stat staging_rows[] = {
+        STAGER("ring_bytes", ring_capacity),
+        STAGER("ring_used", ring_used),
+        STAGER("ring_high_water", ring_high_water),
+        STAGER("host_buffer_bytes", host_buffer_bytes),
+        STAGER("chunk_bytes", chunk_bytes),
+        STAGER("io_threads", io_threads),
+        STAGER("staged.copy.tensors", staged[PLACEFS_IOC_STAGE_COPY]),
+        STAGER("staged.copy.bytes", staged_bytes[PLACEFS_IOC_STAGE_COPY]),
+        STAGER("staged.borrow.tensors", staged[PLACEFS_IOC_STAGE_BORROW]),
+        STAGER("staged.borrow.bytes", staged_bytes[PLACEFS_IOC_STAGE_BORROW]),
+        STAGER("waits", ring_waits),
+        STAGER("wait_ns", ring_wait_ns),
+        STAGER("errors", errors),
+        OWN("refused", refused),
+        STAGER("leases", leases),
+        STAGER("released", released),
+        STAGER("read_bytes", read_bytes),
+        STAGER("prefetch.issued", prefetch_issued),
+        STAGER("prefetch.hits", prefetch_hits),
+        STAGER("prefetch.evicted", prefetch_evicted),
+        STAGER("prefetch.held", prefetch_held),
+        OWN("stage_threads", threads),
+        VIEW("dests", dests),
+        STAGER("zero_copy.on", zero_copy),
+        STAGER("zero_copy.bytes", zero_copy_bytes),
+        STAGER("zero_copy.registrations", zero_copy_registrations),
+        STAGER("zero_copy.registration_ns", zero_copy_registration_ns),
+        STAGER("zero_copy.registered_bytes", zero_copy_registered_bytes),
+        STAGER("zero_copy.refused", zero_copy_refused),
+        STAGER("zero_copy.stale", zero_copy_stale),
+};
+
+void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
+{
+	struct placefs_stager_stats s;
+	struct staging_view v;
+
+	placefs_stats_begin(w, "staging");
+	placefs_stats_string(w, "device", fs ? fs->device : "none");
+	if (!fs || !fs->st) {
+		placefs_stats_string(w, "backend", "none");
+		placefs_stats_end(w);
+		return;
+	}
+	placefs_stats_string(w, "backend", placefs_device_kind_name(fs->info.device.kind));
 	placefs_stager_stats(fs->st, &s);
-	return placefs_strbuf_addf(
-	        sb,
-	        ", \"backend\": \"%s\", \"ring_bytes\": %llu, \"ring_used\": %llu, "
-	        "\"ring_high_water\": %llu, \"host_buffer_bytes\": %llu, \"chunk_bytes\": %llu, "
-	        "\"io_threads\": %llu, \"staged\": {\"copy\": {\"tensors\": %llu, \"bytes\": "
-	        "%llu}, \"borrow\": {\"tensors\": %llu, \"bytes\": %llu}}, \"waits\": %llu, "
-	        "\"wait_ns\": %llu, \"errors\": %llu, \"refused\": %llu, \"leases\": %llu, "
-	        "\"released\": %llu, \"read_bytes\": %llu, \"prefetch\": {\"issued\": %llu, "
-	        "\"hits\": %llu, \"evicted\": %llu, \"held\": %llu}, \"stage_threads\": %llu, "
-	        "\"dests\": %u, \"zero_copy\": {\"on\": %llu, \"bytes\": %llu, "
-	        "\"registrations\": %llu, \"registration_ns\": %llu, \"registered_bytes\": %llu, "
-	        "\"refused\": %llu, \"stale\": %llu}}",
-	        placefs_device_kind_name(fs->info.device.kind), (unsigned long long)s.ring_capacity,
-	        (unsigned long long)s.ring_used, (unsigned long long)s.ring_high_water,
-	        (unsigned long long)s.host_buffer_bytes, (unsigned long long)s.chunk_bytes,
-	        (unsigned long long)s.io_threads,
-	        (unsigned long long)s.staged[PLACEFS_IOC_STAGE_COPY],
-	        (unsigned long long)s.staged_bytes[PLACEFS_IOC_STAGE_COPY],
-	        (unsigned long long)s.staged[PLACEFS_IOC_STAGE_BORROW],
-	        (unsigned long long)s.staged_bytes[PLACEFS_IOC_STAGE_BORROW],
-	        (unsigned long long)s.ring_waits, (unsigned long long)s.ring_wait_ns,
-	        (unsigned long long)s.errors,
-	        (unsigned long long)atomic_load_explicit(&fs->refused, memory_order_relaxed),
-	        (unsigned long long)s.leases, (unsigned long long)s.released,
-	        (unsigned long long)s.read_bytes, (unsigned long long)s.prefetch_issued,
-	        (unsigned long long)s.prefetch_hits, (unsigned long long)s.prefetch_evicted,
-	        (unsigned long long)s.prefetch_held,
-	        (unsigned long long)atomic_load_explicit(&fs->threads, memory_order_relaxed),
-	        placefs_backend_dest_count(placefs_stager_backend(fs->st)),
-	        (unsigned long long)s.zero_copy, (unsigned long long)s.zero_copy_bytes,
-	        (unsigned long long)s.zero_copy_registrations,
-	        (unsigned long long)s.zero_copy_registration_ns,
-	        (unsigned long long)s.zero_copy_registered_bytes,
-	        (unsigned long long)s.zero_copy_refused, (unsigned long long)s.zero_copy_stale);
+	v.dests = placefs_backend_dest_count(placefs_stager_backend(fs->st));
+	placefs_stats_table(w, staging_rows, PLACEFS_STATS_ROWS(staging_rows),
+	                    (const void *const[]){&s, fs, &v});
+	placefs_stats_end(w);
 }
 
 /* ---- create / free --------------------------------------------------------------------- */
@@ -749,19 +733,19 @@ static struct placefs_device choose_device(const struct placefs_opts *o, char *w
 	return none;
 }
 
-static int fs_stage_init(struct fs_stage *fs, struct placefs_mount *m)
+static int ioctl_init(struct placefs_ioctl *fs, struct placefs_mount *m)
 {
 	size_t i, n = placefs_plan_count(m->plan);
 
 	fs->m = m;
 	atomic_init(&fs->inline_busy, 0);
-	atomic_init(&fs->refused, 0);
-	atomic_init(&fs->threads, 0);
+	placefs_stats_table_zero(staging_rows, PLACEFS_STATS_ROWS(staging_rows),
+	                         (void *const[]){NULL, fs, NULL});
 	if (pthread_mutex_init(&fs->lock, NULL) != 0)
 		return -ENOMEM;
 	if (pthread_mutex_init(&fs->hint_lock, NULL) != 0)
 		goto fail_hint;
-	if (cond_init_mono(&fs->cond) != 0)
+	if (placefs_clock_cond_init(&fs->cond) != 0)
 		goto fail_cond;
 	fs->gpu = malloc((n ? n : 1) * sizeof(*fs->gpu));
 	fs->gpu_pos = malloc((n ? n : 1) * sizeof(*fs->gpu_pos));
@@ -789,21 +773,23 @@ fail_hint:
 	return -ENOMEM;
 }
 
-int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
+int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
+                         struct placefs_error *err)
 {
 	struct placefs_stager_config cfg;
 	struct placefs_error e;
-	struct fs_stage *fs;
+	struct placefs_ioctl *fs;
 	char spec[PLACEFS_DEVICE_NAME_MAX], why[512], ring[32], hb[32], chunk[32], note[256];
-	char zc[300], line[512];
+	char zc[300];
 	struct placefs_stager_stats zs;
 	struct placefs_device dev;
 	int rc;
 
+	*out = NULL;
 	fs = calloc(1, sizeof(*fs));
 	if (!fs)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
-	if (fs_stage_init(fs, m) != 0) {
+	if (ioctl_init(fs, m) != 0) {
 		free(fs);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	}
@@ -824,7 +810,7 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 			/* Asked for explicitly: refuse to mount, saying why. */
 			placefs_error_set(err, rc, e.kind, "staging (-o device=%s): %s", spec,
 			                  e.msg);
-			placefs_fs_stage_free(&(struct placefs_mount){.stage = fs});
+			placefs_ioctl_free(fs);
 			return rc;
 		}
 		if (rc != 0) {
@@ -839,18 +825,15 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 			snprintf(fs->device, sizeof(fs->device), "%s", fs->info.name);
 		}
 	}
-	m->stage = fs;
-	m->stats_hook = stats_hook;
 	if (!fs->st) {
 		snprintf(fs->log_line, sizeof(fs->log_line), "staging: disabled (%s)", why);
+		*out = fs;
 		return 0;
 	}
 
 	rc = -pthread_create(&fs->watcher, NULL, watch_main, fs);
 	if (rc != 0) {
-		m->stage = NULL;
-		m->stats_hook = NULL;
-		placefs_fs_stage_free(&(struct placefs_mount){.stage = fs});
+		placefs_ioctl_free(fs);
 		return placefs_error_set(err, rc, PLACEFS_E_IO,
 		                         "staging: cannot start a thread: %s", strerror(-rc));
 	}
@@ -869,31 +852,27 @@ int placefs_fs_stage_create(struct placefs_mount *m, struct placefs_error *err)
 	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
 	         (unsigned long long)fs->info.host_buffer_bytes, hb, fs->info.nchunks, chunk,
 	         m->opts->prefetch ? "on" : "off", zc);
-	snprintf(line, sizeof(line),
+	snprintf(fs->plan_line, sizeof(fs->plan_line),
 	         "staging: device %s, ring %llu bytes (%s), host buffer %llu bytes (%s)\n",
 	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
 	         (unsigned long long)fs->info.host_buffer_bytes, hb);
-	rc = placefs_vtree_append_plan(m->vt, line);
-	if (rc != 0) {
-		placefs_fs_stage_shutdown(m);
-		placefs_fs_stage_free(m);
-		return placefs_error_set(err, rc, PLACEFS_E_NOMEM, "out of memory");
-	}
+	*out = fs;
 	return 0;
 }
 
-void placefs_fs_stage_log(const struct placefs_mount *m)
+const char *placefs_ioctl_plan_line(const struct placefs_ioctl *fs)
 {
-	const struct fs_stage *fs = m->stage;
+	return fs ? fs->plan_line : "";
+}
 
+void placefs_ioctl_log(const struct placefs_ioctl *fs)
+{
 	if (fs && fs->log_line[0])
 		placefs_log(LOG_INFO, "%s", fs->log_line);
 }
 
-void placefs_fs_stage_shutdown(struct placefs_mount *m)
+void placefs_ioctl_shutdown(struct placefs_ioctl *fs)
 {
-	struct fs_stage *fs = m ? m->stage : NULL;
-
 	if (!fs)
 		return;
 	cancel_all(fs);
@@ -909,13 +888,11 @@ void placefs_fs_stage_shutdown(struct placefs_mount *m)
 	}
 }
 
-void placefs_fs_stage_free(struct placefs_mount *m)
+void placefs_ioctl_free(struct placefs_ioctl *fs)
 {
-	struct fs_stage *fs = m ? m->stage : NULL;
-
 	if (!fs)
 		return;
-	placefs_fs_stage_shutdown(m);
+	placefs_ioctl_shutdown(fs);
 	placefs_stager_free(fs->st);
 	free(fs->gpu);
 	free(fs->gpu_pos);
@@ -923,6 +900,4 @@ void placefs_fs_stage_free(struct placefs_mount *m)
 	pthread_mutex_destroy(&fs->hint_lock);
 	pthread_mutex_destroy(&fs->lock);
 	free(fs);
-	m->stage = NULL;
-	m->stats_hook = NULL;
 }

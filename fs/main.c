@@ -3,16 +3,17 @@
  * placefs: mounts a safetensors checkpoint read-only through libfuse3.
  *
  * Order: parse and validate the options -> open and validate the
- * checkpoint -> plan (and -o ring_size, checked against it) -> build the
- * tree -> create the session (which rejects unknown libfuse options) ->
- * signal handlers -> fork the daemon -> create the staging backend and the
- * page-cache pushers -> mount -> tell the waiting parent (which exits 0 only
- * now, once the mount is live) -> remove the shared memory that killed
- * placefs processes left -> log the plan summary and staging line ->
- * multithreaded loop -> end the staging waits and the pushers -> unmount ->
- * release in reverse order. Everything that can be wrong with
- * the command line, the checkpoint or the staging device is found before
- * anything is mounted.
+ * checkpoint -> plan (and -o ring_size, checked against it) -> the mount
+ * state (fs/mount.h) -> create the session (which rejects unknown libfuse
+ * options) -> signal handlers -> fork the daemon -> create the staging
+ * backend and the page-cache pushers -> build the tree (complete now: the
+ * stager's line ends .placefs/plan) -> mount -> tell the waiting parent
+ * (which exits 0 only now, once the mount is live) -> remove the shared
+ * memory that killed placefs processes left -> log the plan summary and
+ * staging line -> multithreaded loop -> end the staging waits and the
+ * pushers -> unmount -> release in reverse order. Everything that can be
+ * wrong with the command line, the checkpoint or the staging device is
+ * found before anything is mounted.
  *
  * The fork comes before the staging backend because neither its threads nor
  * a CUDA context survive fork(); the parent waits for the child's verdict,
@@ -42,13 +43,15 @@
 
 #include "backend.h"
 #include "error.h"
+#include "io.h"
+#include "ioctl.h"
 #include "log.h"
+#include "mount.h"
 #include "ops.h"
-#include "push.h"
 #include "opts.h"
+#include "push.h"
 #include "safetensors.h"
 #include "size.h"
-#include "ioctl.h"
 
 static void log_summary(const struct placefs_mount *m, const struct placefs_opts *o)
 {
@@ -158,9 +161,7 @@ static int daemon_start(int foreground, int *ready_fd)
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGHUP, SIG_DFL);
 		close(p[1]);
-		do
-			r = read(p[0], &c, 1);
-		while (r < 0 && errno == EINTR);
+		r = placefs_io_read_full(p[0], &c, 1);
 		if (r == 1)
 			_exit(PLACEFS_EXIT_OK);
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -193,7 +194,7 @@ static void daemon_ready(int *ready_fd)
 		if (fd > 2)
 			close(fd);
 	}
-	if (write(*ready_fd, &c, 1) != 1)
+	if (placefs_io_write_full(*ready_fd, &c, 1) != 0)
 		placefs_log(LOG_WARNING, "cannot tell the starting process that the mount is up");
 	close(*ready_fd);
 	*ready_fd = -1;
@@ -349,7 +350,7 @@ int main(int argc, char *argv[])
 		goto out_signals;
 	}
 	status = PLACEFS_EXIT_STAGING;
-	if (placefs_fs_stage_create(&m, &err) < 0) {
+	if (placefs_ioctl_create(&m, &m.stage, &err) < 0) {
 		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
 		goto out_signals;
 	}
@@ -358,6 +359,12 @@ int main(int argc, char *argv[])
 	if (placefs_push_create(&m, opts.push_threads, &m.push, &err) < 0) {
 		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
 		goto out_stage;
+	}
+	/* The tree last, complete: nothing in it changes once the mount is live. */
+	if (placefs_mount_make_tree(&m, placefs_ioctl_plan_line(m.stage), &err) < 0) {
+		fprintf(stderr, "placefs: %s\n", err.msg);
+		status = placefs_error_exit_status(&err);
+		goto out_push;
 	}
 	if (fuse_session_mount(se, opts.mountpoint) != 0) {
 		fprintf(stderr, "placefs: cannot mount on %s\n", opts.mountpoint);
@@ -373,7 +380,7 @@ int main(int argc, char *argv[])
 		                         "verify their shard first (testing only)");
 	/* The "staging:" line comes last: tests/lib.sh waits for it. */
 	log_summary(&m, &opts);
-	placefs_fs_stage_log(&m);
+	placefs_ioctl_log(m.stage);
 
 	ret = run_loop(se, &opts);
 	if (ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {
@@ -385,14 +392,15 @@ int main(int argc, char *argv[])
 		status = PLACEFS_EXIT_LOOP;
 	}
 	/* Replies from staging threads must not outlive the session's descriptor. */
-	placefs_fs_stage_shutdown(&m);
+	placefs_ioctl_shutdown(m.stage);
 	placefs_push_stop(m.push);
 	fuse_session_unmount(se);
 out_push:
 	placefs_push_free(m.push);
 	m.push = NULL;
 out_stage:
-	placefs_fs_stage_free(&m);
+	placefs_ioctl_free(m.stage);
+	m.stage = NULL;
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:

@@ -4,19 +4,21 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "io.h"
+#include "ioctl.h"
 #include "log.h"
+#include "mount.h"
 #include "name.h"
 #include "ops.h"
 #include "push.h"
-#include "ioctl.h"
+#include "stats.h"
+#include "vtree.h"
 
 #define XATTR_PREFIX "user.placefs."
 
@@ -52,12 +54,6 @@ static void ctl_buf_put(struct ctl_buf *cb)
 {
 	if (atomic_fetch_sub(&cb->refs, 1) == 1)
 		free(cb);
-}
-
-/* The one way a callback reaches the mount state. */
-static struct placefs_mount *mount_of(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
 }
 
 /* ---- per-thread read buffer ------------------------------------------------ */
@@ -103,350 +99,22 @@ static char *thread_buf(size_t len)
 	return b->data;
 }
 
-/* ---- shard health ------------------------------------------------------------ */
+/* ---- stats ------------------------------------------------------------------------ */
 
-static uint64_t mono_ns(void)
+/* Generates the .placefs/stats document: one JSON object and "\n". */
+static int stats_format(const struct placefs_mount *m, struct placefs_strbuf *sb)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static const char *shard_file(const struct placefs_mount *m, uint32_t i)
-{
-	return placefs_ckpt_shard(m->ckpt, i)->file;
-}
-
-/*
- * Logs one line about shard i: a burst of PLACEFS_SHARD_LOG_BURST lines
- * (a shard going bad and coming back is told at once), then at most one per
- * PLACEFS_SHARD_LOG_NS, unless `force` (for events that happen once per
- * shard). A line held back is counted, and the next line logged says how
- * many were. A shard flapping at any request rate therefore costs about one
- * line a second.
- */
-static void shard_log(struct placefs_mount *m, uint32_t i, int prio, bool force, const char *fmt,
-                      ...) __attribute__((format(printf, 5, 6)));
-
-static void shard_log(struct placefs_mount *m, uint32_t i, int prio, bool force, const char *fmt,
-                      ...)
-{
-	struct placefs_shard_health *h = &m->health[i];
-	uint64_t now = mono_ns(), held;
-	char line[1024];
-	va_list ap;
-
-	/*
-	 * A virtual clock (GCRA): log_ns runs ahead of now by one interval per
-	 * line logged and catches up in real time; a line may go while it is
-	 * at most BURST - 1 intervals ahead.
-	 */
-	pthread_mutex_lock(&h->log_lock);
-	if (h->log_ns < now)
-		h->log_ns = now;
-	if (!force && h->log_ns - now > (PLACEFS_SHARD_LOG_BURST - 1) * PLACEFS_SHARD_LOG_NS) {
-		h->suppressed++;
-		pthread_mutex_unlock(&h->log_lock);
-		return;
-	}
-	h->log_ns += PLACEFS_SHARD_LOG_NS;
-	held = h->suppressed;
-	h->suppressed = 0;
-	pthread_mutex_unlock(&h->log_lock);
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (held)
-		placefs_log(prio, "%s (%llu earlier line%s about this shard not logged)", line,
-		            (unsigned long long)held, held == 1 ? "" : "s");
-	else
-		placefs_log(prio, "%s", line);
-}
-
-/*
- * Records a failed request on shard i: the shard is now `state` (CHANGED or
- * IOERR) and answers rc. Only a change of state is logged (and that through
- * shard_log()'s limit), so a reader loop on a failing shard cannot flood
- * the log.
- */
-static void shard_fail(struct placefs_mount *m, uint32_t i, enum placefs_shard_state state, int rc,
-                       bool force, const char *msg)
-{
-	struct placefs_shard_health *h = &m->health[i];
-	int old;
-
-	atomic_fetch_add_explicit(&m->ctr.stale_refusals, 1, memory_order_relaxed);
-	if (state == PLACEFS_SHARD_IOERR)
-		atomic_store_explicit(&h->fail_ns, mono_ns(), memory_order_relaxed);
-	atomic_fetch_add_explicit(&h->fails, 1, memory_order_relaxed);
-	old = atomic_exchange(&h->state, (int)state);
-	if (old != (int)state || force)
-		shard_log(m, i, LOG_ERR, force, "%s: reads of its tensors now fail with %s", msg,
-		          rc == -ESTALE ? "ESTALE"
-		          : rc == -EIO  ? "EIO"
-		                        : strerror(-rc));
-}
-
-/* Makes shard i OK again if it is in state `from`, logging the recovery. */
-static void shard_recover(struct placefs_mount *m, uint32_t i, enum placefs_shard_state from)
-{
-	struct placefs_shard_health *h = &m->health[i];
-	int expect = (int)from;
-	uint64_t fails;
-
-	if (!atomic_compare_exchange_strong(&h->state, &expect, PLACEFS_SHARD_OK))
-		return;
-	fails = atomic_exchange_explicit(&h->fails, 0, memory_order_relaxed);
-	if (from == PLACEFS_SHARD_CHANGED)
-		shard_log(m, i, LOG_NOTICE, false,
-		          "shard '%s' matches what was validated again; serving it "
-		          "(%llu request%s refused meanwhile)",
-		          shard_file(m, i), (unsigned long long)fails, fails == 1 ? "" : "s");
-	else
-		shard_log(m, i, LOG_NOTICE, false,
-		          "shard '%s' reads without errors again; serving it (%llu request%s "
-		          "failed meanwhile)",
-		          shard_file(m, i), (unsigned long long)fails, fails == 1 ? "" : "s");
-}
-
-/*
- * A read of shard i succeeded: a shard that had I/O errors is OK again once
- * it has had none for PLACEFS_SHARD_QUIET_NS. One relaxed load when healthy.
- */
-static void shard_read_ok(struct placefs_mount *m, uint32_t i)
-{
-	struct placefs_shard_health *h = &m->health[i];
-
-	if (atomic_load_explicit(&h->state, memory_order_relaxed) != PLACEFS_SHARD_IOERR)
-		return;
-	if (mono_ns() - atomic_load_explicit(&h->fail_ns, memory_order_relaxed) <
-	    PLACEFS_SHARD_QUIET_NS)
-		return;
-	shard_recover(m, i, PLACEFS_SHARD_IOERR);
-}
-
-/*
- * Verifies shard i against what was validated at mount (2 system calls).
- * Returns 0 or the negative errno to answer with. A passing check ends the
- * CHANGED state (the shard was put back) but not IOERR: fstat and stat still
- * match when the shard's file system fails to read it.
- */
-static int shard_ok(struct placefs_mount *m, uint32_t i)
-{
-	struct placefs_error err;
+	struct placefs_stats w;
 	int rc;
 
-	placefs_error_clear(&err);
-	rc = placefs_ckpt_shard_check(m->ckpt, i, &err);
-	if (rc == 0) {
-		if (atomic_load_explicit(&m->health[i].state, memory_order_relaxed) ==
-		    PLACEFS_SHARD_CHANGED)
-			shard_recover(m, i, PLACEFS_SHARD_CHANGED);
-		return 0;
-	}
-	if (rc != -ESTALE && rc != -EIO)
-		rc = -EIO;
-	shard_fail(m, i, PLACEFS_SHARD_CHANGED, rc, false, err.msg[0] ? err.msg : shard_file(m, i));
-	return rc;
-}
-
-int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i)
-{
-	return shard_ok(m, i);
-}
-
-/*
- * Sets this mount's readahead (-o readahead=) through sysfs, once, on the
- * first request after INIT. Root only; otherwise the kernel default stays.
- */
-static void tune_bdi_once(struct placefs_mount *m)
-{
-	char path[96], val[32];
-	uint64_t ra = m->opts->readahead;
-	int fd, n, ok = 0, e = 0;
-
-	if (atomic_load_explicit(&m->bdi_tuned, memory_order_relaxed) ||
-	    atomic_exchange(&m->bdi_tuned, 1))
-		return;
-	if (ra == 0 || m->bdi[0] == '\0')
-		return;
-	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", m->bdi);
-	n = snprintf(val, sizeof(val), "%llu\n", (unsigned long long)(ra + 1023) / 1024);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ok = write(fd, val, (size_t)n) == n;
-		e = errno;
-		close(fd);
-	} else {
-		e = errno;
-	}
-	if (ok)
-		placefs_log(LOG_INFO, "readahead set to %llu KiB (%s)",
-		            (unsigned long long)(ra + 1023) / 1024, path);
-	else
-		placefs_log(LOG_NOTICE, "cannot set readahead through %s (%s); kernel default kept",
-		            path, strerror(e));
-}
-
-/* ---- mount state --------------------------------------------------------------- */
-
-int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
-                       struct placefs_ckpt *ckpt, struct placefs_plan *plan,
-                       struct placefs_error *err)
-{
-	struct timespec now;
-	size_t i;
-	int rc;
-
-	m->opts = opts;
-	m->ckpt = ckpt;
-	m->plan = plan;
-	clock_gettime(CLOCK_MONOTONIC, &m->started);
-	clock_gettime(CLOCK_REALTIME, &now);
-	rc = placefs_vtree_create(ckpt, plan, opts->source, getuid(), getgid(), now, &m->vt, err);
-	if (rc < 0)
-		return rc;
-	m->check_reads = getenv("PLACEFS_TEST_SKIP_READ_CHECK") == NULL;
-	atomic_init(&m->bdi_tuned, 0);
-	m->nshards = placefs_ckpt_shard_count(ckpt);
-	m->health = calloc(m->nshards ? m->nshards : 1, sizeof(*m->health));
-	if (!m->health)
-		goto nomem;
-	for (i = 0; i < m->nshards; i++) {
-		struct placefs_shard_health *h = &m->health[i];
-
-		atomic_init(&h->state, PLACEFS_SHARD_OK);
-		atomic_init(&h->no_map, 0);
-		atomic_init(&h->fail_ns, 0);
-		atomic_init(&h->fails, 0);
-		if (pthread_mutex_init(&h->log_lock, NULL) != 0) {
-			/* Only the locks made so far are destroyed. */
-			m->nshards = i;
-			goto nomem;
-		}
-	}
-	atomic_init(&m->ctr.reads, 0);
-	atomic_init(&m->ctr.bytes[0], 0);
-	atomic_init(&m->ctr.bytes[1], 0);
-	atomic_init(&m->ctr.read_errors, 0);
-	atomic_init(&m->ctr.opens, 0);
-	atomic_init(&m->ctr.open_files, 0);
-	atomic_init(&m->ctr.stale_refusals, 0);
-	atomic_init(&m->ctr.xattr_requests, 0);
-	atomic_init(&m->next_fh, 0);
-
-	if (opts->read_mode == PLACEFS_READ_MMAP) {
-		m->maps = calloc(m->nshards ? m->nshards : 1, sizeof(*m->maps));
-		m->map_len = calloc(m->nshards ? m->nshards : 1, sizeof(*m->map_len));
-		if (!m->maps || !m->map_len)
-			goto nomem;
-		for (i = 0; i < m->nshards; i++) {
-			const struct placefs_shard *s = placefs_ckpt_shard(ckpt, i);
-			void *p = MAP_FAILED;
-
-			if (s->size <= SIZE_MAX)
-				p = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
-			if (p == MAP_FAILED) {
-				/* A source that cannot be mapped is still served, with pread. */
-				placefs_log(LOG_WARNING,
-				            "shard '%s' cannot be mapped (%s); "
-				            "serving it with pread",
-				            s->file,
-				            s->size > SIZE_MAX ? "too large" : strerror(errno));
-				continue;
-			}
-			m->maps[i] = p;
-			m->map_len[i] = (size_t)s->size;
-		}
-	}
-	return 0;
-nomem:
-	return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
-}
-
-void placefs_mount_release(struct placefs_mount *m)
-{
-	size_t i;
-
-	if (!m)
-		return;
-	if (m->maps) {
-		for (i = 0; i < m->nshards; i++)
-			if (m->maps[i])
-				munmap((void *)m->maps[i], m->map_len[i]);
-	}
-	for (i = 0; m->health && i < m->nshards; i++) {
-		struct placefs_shard_health *h = &m->health[i];
-		static const char *const names[] = {"ok", "changed", "failing reads"};
-		int st = atomic_load(&h->state);
-
-		/* What the rate limit held back is summarized, so the log ends telling the truth. */
-		if (h->suppressed)
-			placefs_log(LOG_NOTICE,
-			            "shard '%s': %llu line%s about it not logged (rate limit); "
-			            "its state at the end: %s",
-			            shard_file(m, (uint32_t)i), (unsigned long long)h->suppressed,
-			            h->suppressed == 1 ? "" : "s",
-			            st >= 0 && st <= 2 ? names[st] : "?");
-		pthread_mutex_destroy(&h->log_lock);
-	}
-	free(m->maps);
-	free(m->map_len);
-	free(m->health);
-	placefs_vtree_free(m->vt);
-	m->maps = NULL;
-	m->map_len = NULL;
-	m->health = NULL;
-	m->vt = NULL;
-}
-
-int placefs_stats_format(const struct placefs_mount *m, struct placefs_strbuf *sb)
-{
-	struct placefs_plan_totals t;
-	struct timespec now;
-	double up;
-	size_t i, nbad = 0;
-	int rc;
-
-	placefs_plan_totals(m->plan, &t);
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	up = (double)(now.tv_sec - m->started.tv_sec) +
-	     (double)(now.tv_nsec - m->started.tv_nsec) / 1e9;
-	rc = placefs_strbuf_addf(
-	        sb,
-	        "{\"reads\": %llu, \"bytes_read\": {\"gpu\": %llu, \"cpu\": %llu}, "
-	        "\"read_errors\": %llu, \"opens\": %llu, \"open_files\": %lld, "
-	        "\"stale_refusals\": %llu, \"xattr_requests\": %llu, "
-	        "\"tensors\": {\"gpu\": %llu, \"cpu\": %llu}, "
-	        "\"read_mode\": \"%s\", \"uptime_s\": %.3f, \"stale_shards\": [",
-	        (unsigned long long)atomic_load(&m->ctr.reads),
-	        (unsigned long long)atomic_load(&m->ctr.bytes[PLACEFS_PLACE_GPU]),
-	        (unsigned long long)atomic_load(&m->ctr.bytes[PLACEFS_PLACE_CPU]),
-	        (unsigned long long)atomic_load(&m->ctr.read_errors),
-	        (unsigned long long)atomic_load(&m->ctr.opens),
-	        (long long)atomic_load(&m->ctr.open_files),
-	        (unsigned long long)atomic_load(&m->ctr.stale_refusals),
-	        (unsigned long long)atomic_load(&m->ctr.xattr_requests),
-	        (unsigned long long)t.count[PLACEFS_PLACE_GPU],
-	        (unsigned long long)t.count[PLACEFS_PLACE_CPU],
-	        m->opts->read_mode == PLACEFS_READ_MMAP ? "mmap" : "pread", up);
-	if (rc < 0)
-		return rc;
-	for (i = 0; i < m->nshards; i++) {
-		if (atomic_load(&m->health[i].state) == PLACEFS_SHARD_OK)
-			continue;
-		if ((nbad++ > 0 && (rc = placefs_strbuf_adds(sb, ", ")) < 0) ||
-		    (rc = placefs_strbuf_add_json_string(sb,
-		                                         placefs_ckpt_shard(m->ckpt, i)->file)) < 0)
-			return rc;
-	}
-	if ((rc = placefs_strbuf_adds(sb, "]")) < 0 || (rc = placefs_push_stats(m->push, sb)) < 0)
-		return rc;
-	if (m->stats_hook && (rc = m->stats_hook(m, sb)) < 0)
-		return rc;
-	return placefs_strbuf_adds(sb, "}\n");
+	placefs_stats_init(&w, sb);
+	placefs_stats_begin(&w, NULL);
+	placefs_mount_stats(m, &w);
+	placefs_push_stats(m->push, &w);
+	placefs_ioctl_stats(m->stage, &w);
+	placefs_stats_end(&w);
+	rc = placefs_stats_finish(&w);
+	return rc < 0 ? rc : placefs_strbuf_adds(sb, "\n");
 }
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -557,11 +225,11 @@ static void placefs_op_init(void *userdata, struct fuse_conn_info *conn)
 /* Valid replies: fuse_reply_entry, fuse_reply_err (ENOENT for a bad parent, ENOTDIR). */
 static void placefs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct fuse_entry_param e;
 	int64_t ino;
 
-	tune_bdi_once(m);
+	placefs_mount_tune_readahead(m);
 	ino = placefs_vtree_lookup(m->vt, parent, name);
 	if (ino < 0) {
 		fuse_reply_err(req, (int)-ino);
@@ -603,8 +271,8 @@ static void placefs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_
 	int rc;
 
 	(void)fi;
-	tune_bdi_once(mount_of(req));
-	rc = placefs_vtree_stat(mount_of(req)->vt, ino, &st);
+	placefs_mount_tune_readahead(placefs_mount_of(req));
+	rc = placefs_vtree_stat(placefs_mount_of(req)->vt, ino, &st);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else
@@ -617,7 +285,7 @@ static void placefs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 	char buf[sizeof(PLACEFS_LINK_PREFIX) + PLACEFS_NAME_MAX + 1];
 	int rc;
 
-	rc = placefs_vtree_readlink(mount_of(req)->vt, ino, buf, sizeof(buf));
+	rc = placefs_vtree_readlink(placefs_mount_of(req)->vt, ino, buf, sizeof(buf));
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else
@@ -636,14 +304,14 @@ static void placefs_op_readlink(fuse_req_t req, fuse_ino_t ino)
  */
 static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_strbuf sb;
 	struct placefs_vnode node;
 	const struct placefs_plan_entry *e;
 	struct ctl_buf *cb;
 	int rc;
 
-	tune_bdi_once(m);
+	placefs_mount_tune_readahead(m);
 	rc = placefs_vtree_get(m->vt, ino, &node);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
@@ -661,7 +329,7 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 	switch (node.kind) {
 	case PLACEFS_V_TENSOR:
 		e = placefs_vtree_entry(m->vt, ino);
-		rc = shard_ok(m, e->tensor->shard);
+		rc = placefs_mount_shard_ok(m, e->tensor->shard);
 		if (rc < 0) {
 			fuse_reply_err(req, -rc);
 			return;
@@ -688,7 +356,7 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 	case PLACEFS_V_STATS:
 		/* Generated once per open, so a sequence of reads sees one consistent document. */
 		placefs_strbuf_init(&sb);
-		rc = placefs_stats_format(m, &sb);
+		rc = stats_format(m, &sb);
 		cb = rc < 0 ? NULL : malloc(sizeof(*cb) + sb.len + 1);
 		if (!cb) {
 			placefs_strbuf_release(&sb);
@@ -708,41 +376,16 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 	}
 }
 
-/*
- * The reply to a READ from shard i's mapping failed with rc. EFAULT means
- * the kernel's copy from the mapping faulted: the shard shrank, or its file
- * system could not read the pages in. The reader already got EIO, and
- * libfuse has printed "fuse: writing device: Bad address": a message the
- * daemon cannot avoid once the reply is sent. So that a failing source does
- * not print it for every request, the shard is served with pread from now
- * on, where the daemon sees the error itself and replies EIO quietly.
- */
-static void map_reply_failed(struct placefs_mount *m, uint32_t i, uint64_t pos, int rc)
-{
-	char msg[512];
-	bool first;
-
-	atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
-	if (rc != -EFAULT)
-		return; /* ENOENT: the request was interrupted; the shard is not at fault */
-	first = atomic_exchange(&m->health[i].no_map, 1) == 0;
-	snprintf(msg, sizeof(msg),
-	         "shard '%s': replying from its mapping failed at byte %llu (%s: it shrank or "
-	         "cannot be read)%s",
-	         shard_file(m, i), (unsigned long long)pos, strerror(-rc),
-	         first ? "; serving it with pread from now on" : "");
-	shard_fail(m, i, PLACEFS_SHARD_IOERR, -EIO, first, msg);
-}
-
 /* Serves [off, off + size) of tensor ino; see placefs_op_read(). */
 static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino, size_t size,
                         off_t off)
 {
 	const struct placefs_plan_entry *e = placefs_vtree_entry(m->vt, ino);
 	const struct placefs_tensor *t = e->tensor;
-	const struct placefs_shard *s;
+	const uint8_t *map;
 	uint64_t pos;
-	size_t len, done;
+	size_t len;
+	ssize_t got;
 	char *buf;
 	int rc;
 
@@ -756,20 +399,21 @@ static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino,
 	}
 	len = t->nbytes - (uint64_t)off < size ? (size_t)(t->nbytes - (uint64_t)off) : size;
 	pos = t->offset + (uint64_t)off;
-	if (m->check_reads && (rc = shard_ok(m, t->shard)) < 0)
+	if (m->check_reads && (rc = placefs_mount_shard_ok(m, t->shard)) < 0)
 		goto fail;
 
-	if (m->maps && m->maps[t->shard] &&
-	    !atomic_load_explicit(&m->health[t->shard].no_map, memory_order_relaxed)) {
+	map = placefs_mount_shard_map(m, t->shard);
+	if (map) {
 		/*
 		 * One writev to /dev/fuse straight from the mapping. Should the
 		 * shard shrink under it, the kernel's copy faults and the write
 		 * fails with EFAULT (the reader gets EIO); the daemon itself never
 		 * touches the mapped bytes, so it cannot take a SIGBUS.
 		 */
-		rc = fuse_reply_buf(req, (const char *)m->maps[t->shard] + pos, len);
+		rc = fuse_reply_buf(req, (const char *)map + pos, len);
 		if (rc < 0) {
-			map_reply_failed(m, t->shard, pos, rc);
+			atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
+			placefs_mount_shard_map_failed(m, t->shard, pos, rc);
 			return;
 		}
 		placefs_push_note(m->push, (size_t)(ino - PLACEFS_INO_FIRST), (uint64_t)off, len);
@@ -781,28 +425,17 @@ static void read_tensor(fuse_req_t req, struct placefs_mount *m, fuse_ino_t ino,
 		rc = -ENOMEM;
 		goto fail;
 	}
-	s = placefs_ckpt_shard(m->ckpt, t->shard);
-	for (done = 0; done < len;) {
-		ssize_t r = pread(s->fd, buf + done, len - done, (off_t)(pos + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			char msg[512];
-
-			/* A short read means the shard shrank: never answer with fewer bytes. */
-			snprintf(msg, sizeof(msg), "shard '%s': %s at byte %llu", s->file,
-			         r < 0 ? strerror(errno) : "short read",
-			         (unsigned long long)(pos + done));
-			shard_fail(m, t->shard, PLACEFS_SHARD_IOERR, -EIO, false, msg);
-			rc = -EIO;
-			goto fail;
-		}
-		done += (size_t)r;
+	got = placefs_io_pread_full(placefs_ckpt_shard(m->ckpt, t->shard)->fd, buf, len, pos);
+	if (got < 0 || (size_t)got < len) {
+		/* An error, or a short read: the shard shrank. Never answer with fewer bytes. */
+		placefs_mount_shard_read_failed(m, t->shard, got < 0 ? pos : pos + (uint64_t)got,
+		                                got < 0 ? (int)-got : 0);
+		rc = -EIO;
+		goto fail;
 	}
 	fuse_reply_buf(req, buf, len);
 done:
-	shard_read_ok(m, t->shard);
+	placefs_mount_shard_read_ok(m, t->shard);
 	atomic_fetch_add_explicit(&m->ctr.reads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m->ctr.bytes[e->placement == PLACEFS_PLACE_CPU], len,
 	                          memory_order_relaxed);
@@ -820,7 +453,7 @@ fail:
 static void placefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                             struct fuse_file_info *fi)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_vnode node;
 	struct ctl_buf *cb;
 	int rc;
@@ -846,14 +479,14 @@ static void placefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 /* Valid reply: fuse_reply_err (always 0). */
 static void placefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_vnode node;
 
 	if (placefs_vtree_get(m->vt, ino, &node) == 0) {
 		if (node.kind == PLACEFS_V_TENSOR) {
 			atomic_fetch_sub(&m->ctr.open_files, 1);
 			/* Leases die with their handle: a crashed borrower never wedges the ring. */
-			placefs_fs_stage_release(m, fi->fh);
+			placefs_ioctl_release(m->stage, fi->fh);
 		} else if (node.kind == PLACEFS_V_STATS) {
 			ctl_buf_put((struct ctl_buf *)(uintptr_t)fi->fh);
 		}
@@ -866,8 +499,8 @@ static void placefs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_
 {
 	int64_t n;
 
-	tune_bdi_once(mount_of(req));
-	n = placefs_vtree_dir_count(mount_of(req)->vt, ino);
+	placefs_mount_tune_readahead(placefs_mount_of(req));
+	n = placefs_vtree_dir_count(placefs_mount_of(req)->vt, ino);
 
 	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
@@ -884,7 +517,7 @@ static void placefs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_
  */
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct fuse_entry_param e;
 	int64_t count;
 	uint64_t i, child;
@@ -952,7 +585,7 @@ static void placefs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, 
 /* Valid replies: fuse_reply_statfs, fuse_reply_err. */
 static void placefs_op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct statvfs sv;
 	uint64_t total = placefs_vtree_total_bytes(m->vt);
 
@@ -986,7 +619,7 @@ static bool xattr_namespace_supported(const char *name)
  */
 static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_vnode node;
 	struct placefs_strbuf sb;
 	int rc;
@@ -1017,7 +650,7 @@ static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name
 /* Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err (ERANGE). */
 static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	struct placefs_mount *m = mount_of(req);
+	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_vnode node;
 	char list[512];
 	size_t i, len = 0;
@@ -1222,8 +855,8 @@ static const struct fuse_lowlevel_ops placefs_ops = {
         .removexattr = placefs_op_removexattr,
         .fallocate = placefs_op_fallocate,
         .copy_file_range = placefs_op_copy_file_range,
-        /* GPU staging commands on tensor files (fs/stage.c). */
-        .ioctl = placefs_fs_stage_ioctl,
+        /* GPU staging commands on tensor files (fs/ioctl.c). */
+        .ioctl = placefs_ioctl_op,
 };
 
 const struct fuse_lowlevel_ops *placefs_ops_table(size_t *size)

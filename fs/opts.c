@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "opts.h"
+#include "plan.h"
 #include "size.h"
 
 /* Raw option values, validated once the whole command line has been seen. */
@@ -231,7 +232,6 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 {
 	struct parse_ctx ctx = {.o = o};
 	struct fuse_cmdline_opts cmd;
-	const char *env;
 	char resolved[PATH_MAX];
 	struct stat st;
 	int rc;
@@ -309,19 +309,10 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	}
 
 	/* The staging limit: the option wins over the environment. */
-	if (ctx.buffer_size) {
-		o->limit_origin = "-o buffer_size";
-		rc = placefs_size_parse(ctx.buffer_size, o->limit_origin, &o->limit, err);
-		if (rc < 0)
-			goto out;
-		o->has_limit = 1;
-	} else if ((env = getenv("INSTANTTENSOR_BUFFER_SIZE")) != NULL) {
-		o->limit_origin = "INSTANTTENSOR_BUFFER_SIZE";
-		rc = placefs_size_parse(env, o->limit_origin, &o->limit, err);
-		if (rc < 0)
-			goto out;
-		o->has_limit = 1;
-	}
+	rc = placefs_plan_limit_parse(ctx.buffer_size, "-o buffer_size", &o->has_limit, &o->limit,
+	                              &o->limit_origin, err);
+	if (rc < 0)
+		goto out;
 	if (ctx.device && (rc = parse_device(ctx.device, o, err)) < 0)
 		goto out;
 	if (ctx.read_mode && (rc = parse_read_mode(ctx.read_mode, o, err)) < 0)

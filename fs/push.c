@@ -2,16 +2,15 @@
 #include "config.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "ops.h"
+#include "mount.h"
 #include "push.h"
+#include "stats.h"
 
 /* A tensor being pushed; queued in start order, taken piece by piece in turn. */
 struct job {
@@ -38,6 +37,25 @@ struct placefs_push {
 	atomic_uint_fast64_t bytes;    /* bytes stored in the page cache */
 	atomic_uint_fast64_t skipped;  /* bytes not pushed: a reader had asked for them first */
 	atomic_uint_fast64_t failures; /* stores that failed (each ends its tensor's push) */
+};
+
+/*
+ * The members of "push" in .placefs/stats, in order: one row each. Base 0 is
+ * the pusher, base 1 the values computed when the document is made.
+ */
+struct push_view {
+	uint64_t active; /* pushes queued or with a piece being stored */
+};
+
+#define OWN(path, kind, member) PLACEFS_STAT(path, kind, 0, struct placefs_push, member)
+
+static const struct placefs_stat push_rows[] = {
+        OWN("threads", UINT, nthreads),
+        OWN("tensors", ATOMIC_U64, tensors),
+        PLACEFS_STAT("active", U64, 1, struct push_view, active),
+        OWN("bytes", ATOMIC_U64, bytes),
+        OWN("skipped_bytes", ATOMIC_U64, skipped),
+        OWN("failures", ATOMIC_U64, failures),
 };
 
 /* Raises *f to at least v; returns the value it replaced. */
@@ -89,18 +107,16 @@ static int push_piece(struct placefs_push *p, size_t entry, uint64_t off, uint64
 	struct placefs_mount *m = p->m;
 	const struct placefs_tensor *t = placefs_plan_entry(m->plan, entry)->tensor;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)len);
+	const uint8_t *map = placefs_mount_shard_map(m, t->shard);
 	int rc;
 
-	if (!m->maps || !m->maps[t->shard] ||
-	    atomic_load_explicit(&m->health[t->shard].no_map, memory_order_relaxed) ||
-	    atomic_load_explicit(&m->health[t->shard].state, memory_order_relaxed) !=
-	            PLACEFS_SHARD_OK)
+	if (!map || !placefs_mount_shard_healthy(m, t->shard))
 		return -EIO;
 	/* The same check a READ makes, so a changed shard is never pushed from. */
 	rc = placefs_mount_shard_ok(m, t->shard);
 	if (rc < 0)
 		return rc;
-	bv.buf[0].mem = (void *)(m->maps[t->shard] + t->offset + off);
+	bv.buf[0].mem = (void *)(map + t->offset + off);
 	return fuse_lowlevel_notify_store(m->se, PLACEFS_INO_FIRST + entry, (off_t)off, &bv, 0);
 }
 
@@ -184,12 +200,10 @@ int placefs_push_create(struct placefs_mount *m, unsigned threads, struct placef
 		atomic_init(&p->frontier[i], 0);
 		atomic_init(&p->started[i], 0);
 	}
-	atomic_init(&p->tensors, 0);
+	placefs_stats_table_zero(push_rows, PLACEFS_STATS_ROWS(push_rows),
+	                         (void *const[]){p, NULL});
 	atomic_init(&p->active, 0);
 	atomic_init(&p->inflight, 0);
-	atomic_init(&p->bytes, 0);
-	atomic_init(&p->skipped, 0);
-	atomic_init(&p->failures, 0);
 	rc = -pthread_mutex_init(&p->lock, NULL);
 	if (rc != 0)
 		goto fail_sys;
@@ -298,24 +312,23 @@ void placefs_push_free(struct placefs_push *p)
 	free(p);
 }
 
-int placefs_push_stats(const struct placefs_push *p, struct placefs_strbuf *sb)
+void placefs_push_stats(const struct placefs_push *p, struct placefs_stats *w)
 {
-	uint_fast64_t active;
+	struct push_view v;
 
-	if (!p)
-		return placefs_strbuf_adds(sb, ", \"push\": null");
+	if (!p) {
+		placefs_stats_null(w, "push");
+		return;
+	}
 	/*
 	 * A job leaves the queue once its last piece is claimed, while that
 	 * piece may still be stored: count the pieces in flight too. The queue
 	 * is read first, so a piece claimed before its job left is seen.
 	 */
-	active = atomic_load(&p->active);
-	active += atomic_load(&p->inflight);
-	return placefs_strbuf_addf(
-	        sb,
-	        ", \"push\": {\"threads\": %u, \"tensors\": %" PRIuFAST64
-	        ", \"active\": %" PRIuFAST64 ", \"bytes\": %" PRIuFAST64
-	        ", \"skipped_bytes\": %" PRIuFAST64 ", \"failures\": %" PRIuFAST64 "}",
-	        p->nthreads, atomic_load(&p->tensors), active, atomic_load(&p->bytes),
-	        atomic_load(&p->skipped), atomic_load(&p->failures));
+	v.active = atomic_load(&p->active);
+	v.active += atomic_load(&p->inflight);
+	placefs_stats_begin(w, "push");
+	placefs_stats_table(w, push_rows, PLACEFS_STATS_ROWS(push_rows),
+	                    (const void *const[]){p, &v});
+	placefs_stats_end(w);
 }

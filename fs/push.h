@@ -28,10 +28,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/error.h"
+#include "error.h"
 
 struct placefs_mount;
-struct placefs_strbuf;
+struct placefs_stats;
 struct placefs_push;
 
 /* Pieces are stored this many bytes at a time (the FUSE request size). */
@@ -66,11 +66,11 @@ void placefs_push_stop(struct placefs_push *p);
 void placefs_push_free(struct placefs_push *p);
 
 /*
- * Appends `, "push": {...}` (threads, tensors started, tensors still being
- * pushed, bytes stored, pieces
- * skipped because a reader was ahead, stores that failed) to a stats document;
- * `, "push": null` when p is NULL. Returns 0 or a negative errno.
+ * Writes the member "push" of .placefs/stats into the object open in w:
+ * {threads, tensors (pushes started), active (tensors still being pushed),
+ * bytes (stored), skipped_bytes (not pushed: a reader was ahead), failures
+ * (stores that failed)}, or null when p is NULL (pushing is off).
  */
-int placefs_push_stats(const struct placefs_push *p, struct placefs_strbuf *sb);
+void placefs_push_stats(const struct placefs_push *p, struct placefs_stats *w);
 
 #endif

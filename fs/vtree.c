@@ -142,8 +142,8 @@ static mode_t shard_read_bits(int fd, const struct stat *st)
 }
 
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
-                         const char *source, uid_t uid, gid_t gid, struct timespec now,
-                         struct placefs_vtree **out, struct placefs_error *err)
+                         const char *source, const char *plan_note, uid_t uid, gid_t gid,
+                         struct timespec now, struct placefs_vtree **out, struct placefs_error *err)
 {
 	struct placefs_vtree *vt;
 	struct placefs_strbuf sb;
@@ -199,12 +199,15 @@ int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_pla
 
 	for (k = 0; k < 3; k++) {
 		placefs_strbuf_reset(&sb);
-		if (k == 0)
+		if (k == 0) {
 			rc = placefs_plan_format_text(plan, source, &sb);
-		else if (k == 1)
+			if (rc == 0 && plan_note)
+				rc = placefs_strbuf_adds(&sb, plan_note);
+		} else if (k == 1) {
 			rc = placefs_plan_format_json(plan, source, &sb);
-		else
+		} else {
 			rc = format_metadata(ck, &sb);
+		}
 		if (rc < 0) {
 			placefs_error_set(err, rc, PLACEFS_E_NOMEM,
 			                  "cannot format the control files: %s", strerror(-rc));
@@ -234,19 +237,6 @@ void placefs_vtree_free(struct placefs_vtree *vt)
 		free(vt->text[k]);
 	free(vt->access);
 	free(vt);
-}
-
-int placefs_vtree_append_plan(struct placefs_vtree *vt, const char *text)
-{
-	size_t add = strlen(text), len = vt->text_len[0];
-	char *p = realloc(vt->text[0], len + add + 1);
-
-	if (!p)
-		return -ENOMEM;
-	memcpy(p + len, text, add + 1);
-	vt->text[0] = p;
-	vt->text_len[0] = len + add;
-	return 0;
 }
 
 /* Decodes a tensor or link inode number into its plan entry index. */

@@ -16,8 +16,10 @@
  * PLACEFS_INO_FIRST + n + i. Tensor and link nodes are not stored: their
  * attributes are computed from the plan entry and its shard, so the table
  * costs O(1) memory per tensor beyond the two per-placement child lists.
- * Lookup is placefs_plan_find(), O(log n). Nothing changes after
- * placefs_vtree_create(), so every accessor is safe from any thread.
+ * Lookup is placefs_plan_find(), O(log n). The tree is made complete by
+ * placefs_vtree_create() (the daemon makes it last before mounting, once
+ * the stager's line for .placefs/plan is known) and nothing changes after,
+ * so every accessor is safe from any thread without a lock.
  */
 #ifndef PLACEFS_FS_VTREE_H
 #define PLACEFS_FS_VTREE_H
@@ -69,7 +71,9 @@ struct placefs_vtree;
 
 /*
  * Builds the tree for `plan` over `ck`. `source` is SOURCE as given on the
- * command line (it appears in plan and plan.json). Directories, control
+ * command line (it appears in plan and plan.json); `plan_note`, NULL or a
+ * text of whole lines, is appended to .placefs/plan (the daemon's
+ * "staging:" line). Directories, control
  * files and links get owner uid/gid and times `now`; tensors get their
  * shard's owner, group, mtime and read bits (mode 0444 at most: r for user,
  * group and other as the shard has them; with a POSIX ACL on the shard the
@@ -78,8 +82,9 @@ struct placefs_vtree;
  * the source grants it, or less. Returns 0 or a negative errno with a message.
  */
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
-                         const char *source, uid_t uid, gid_t gid, struct timespec now,
-                         struct placefs_vtree **out, struct placefs_error *err);
+                         const char *source, const char *plan_note, uid_t uid, gid_t gid,
+                         struct timespec now, struct placefs_vtree **out,
+                         struct placefs_error *err);
 void placefs_vtree_free(struct placefs_vtree *vt); /* NULL ok */
 
 /* Fills *node for `ino`. Returns 0, or -ENOENT for a number that is not in the tree. */
@@ -120,13 +125,6 @@ int placefs_vtree_readlink(const struct placefs_vtree *vt, uint64_t ino, char *b
 uint64_t placefs_vtree_inode_count(const struct placefs_vtree *vt);
 /* Sum of the tensors' payload bytes: for statfs. */
 uint64_t placefs_vtree_total_bytes(const struct placefs_vtree *vt);
-
-/*
- * Appends `text` to the content of .placefs/plan (the daemon's "staging:"
- * line). Only before the session loop starts: afterwards the tree is read
- * without locks. Returns 0 or -ENOMEM (the content is then unchanged).
- */
-int placefs_vtree_append_plan(struct placefs_vtree *vt, const char *text);
 
 /* The plan entry of a tensor or link inode, or NULL. */
 const struct placefs_plan_entry *placefs_vtree_entry(const struct placefs_vtree *vt, uint64_t ino);

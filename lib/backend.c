@@ -45,49 +45,6 @@ int placefs_backend_cuda_devices(struct placefs_error *err)
 #endif
 }
 
-#ifndef HAVE_CUDA
-/* The client-side device memory calls of a build without CUDA. */
-int placefs_cuda_alloc(int device, uint64_t bytes, void **dptr,
-                       uint8_t ipc[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES], struct placefs_error *err)
-{
-	(void)bytes;
-	(void)ipc;
-	*dptr = NULL;
-	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
-	                         "cuda:%d: placefs was built without CUDA", device);
-}
-
-void placefs_cuda_free(int device, void *dptr)
-{
-	(void)device;
-	(void)dptr;
-}
-
-int placefs_cuda_ipc_map(int device, const uint8_t *ipc, void **dptr, struct placefs_error *err)
-{
-	(void)ipc;
-	*dptr = NULL;
-	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
-	                         "cuda:%d: placefs was built without CUDA", device);
-}
-
-void placefs_cuda_ipc_unmap(int device, void *dptr)
-{
-	(void)device;
-	(void)dptr;
-}
-
-int placefs_cuda_to_host(int device, const void *src, void *dst, uint64_t n,
-                         struct placefs_error *err)
-{
-	(void)src;
-	(void)dst;
-	(void)n;
-	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
-	                         "cuda:%d: placefs was built without CUDA", device);
-}
-#endif
-
 int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint64_t host_buffer,
                            struct placefs_backend **out, struct placefs_error *err)
 {
@@ -249,8 +206,73 @@ int placefs_backend_read_ring(struct placefs_backend *be, uint64_t ring_off, voi
 	return be->ops->ring_to_host(be, ring_off, dst, n, err);
 }
 
+int placefs_backend_has_zero_copy(const struct placefs_backend *be)
+{
+	return be->ops->map_source && be->ops->unmap_source && be->ops->src_to_ring;
+}
+
+static int no_zero_copy(const struct placefs_backend *be, struct placefs_error *err)
+{
+	return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+	                         "%s: this backend cannot stage without bounce buffers (zero-copy)",
+	                         be->info.name);
+}
+
+int placefs_backend_map_source(struct placefs_backend *be, int fd, uint64_t file_size, void **base,
+                               struct placefs_error *err)
+{
+	if (!base)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: mapping a zero-copy source needs somewhere to put it",
+		                         be->info.name);
+	*base = NULL;
+	if (fd < 0 || file_size == 0)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: cannot map a %llu-byte shard on descriptor %d",
+		                         be->info.name, (unsigned long long)file_size, fd);
+	if (!placefs_backend_has_zero_copy(be))
+		return no_zero_copy(be, err);
+	return be->ops->map_source(be, fd, file_size, base, err);
+}
+
+void placefs_backend_unmap_source(struct placefs_backend *be, void *base, uint64_t file_size)
+{
+	if (!base || !placefs_backend_has_zero_copy(be))
+		return;
+	be->ops->unmap_source(be, base, file_size);
+}
+
+int placefs_backend_src_to_ring(struct placefs_backend *be, const unsigned *chunks,
+                                unsigned nchunks, const void *src, uint64_t ring_off, uint64_t n,
+                                struct placefs_error *err)
+{
+	unsigned k;
+	int rc;
+
+	if (!chunks || nchunks == 0)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: a zero-copy transfer needs at least one bounce chunk",
+		                         be->info.name);
+	for (k = 0; k < nchunks; k++)
+		if (chunks[k] >= be->info.nchunks)
+			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+			                         "%s: chunk %u does not exist", be->info.name,
+			                         chunks[k]);
+	if (!src)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: a zero-copy transfer needs a source", be->info.name);
+	rc = ring_range(be, ring_off, n, err);
+	if (rc != 0)
+		return rc;
+	if (!placefs_backend_has_zero_copy(be))
+		return no_zero_copy(be, err);
+	if (n == 0)
+		return 0;
+	return be->ops->src_to_ring(be, chunks, nchunks, src, ring_off, n, err);
+}
+
 /* A shm name is "/" then 1..(HANDLE_MAX - 2) bytes without '/' or NUL, NUL-terminated. */
-static int shm_name_check(const uint8_t *h, uint32_t bytes, struct placefs_error *err)
+int placefs_backend_shm_name_check(const uint8_t *h, uint32_t bytes, struct placefs_error *err)
 {
 	size_t len;
 
@@ -274,13 +296,13 @@ int placefs_dest_shm(struct placefs_dest *d, const char *name, uint64_t offset, 
 
 	memset(d, 0, sizeof(*d));
 	if (len >= PLACEFS_IOC_HANDLE_MAX)
-		return shm_name_check((const uint8_t *)"", 0, err);
+		return placefs_backend_shm_name_check((const uint8_t *)"", 0, err);
 	d->kind = PLACEFS_IOC_HANDLE_HOST_SHM;
 	memcpy(d->handle, name, len);
 	d->handle_bytes = (uint32_t)len + 1;
 	d->offset = offset;
 	d->size = size;
-	return shm_name_check(d->handle, d->handle_bytes, err);
+	return placefs_backend_shm_name_check(d->handle, d->handle_bytes, err);
 }
 
 int placefs_dest_cuda_ipc(struct placefs_dest *d, const void *handle, size_t len, uint64_t offset,
@@ -578,7 +600,7 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
 		return rc;
 	switch (dest->kind) {
 	case PLACEFS_IOC_HANDLE_HOST_SHM:
-		rc = shm_name_check(dest->handle, dest->handle_bytes, err);
+		rc = placefs_backend_shm_name_check(dest->handle, dest->handle_bytes, err);
 		if (rc != 0)
 			return rc;
 		break;

@@ -121,6 +121,47 @@ int placefs_backend_chunk_poll(struct placefs_backend *be, unsigned i);
 int placefs_backend_chunk_wait(struct placefs_backend *be, unsigned i, struct placefs_error *err);
 
 /*
+ * Zero-copy sources, for the shard registry (lib/zerocopy.h): the device
+ * reads a shard's page cache itself, by DMA, with no bounce chunk and no CPU
+ * copy. Only the cuda backend has them (placefs_backend_has_zero_copy() is 1
+ * there, 0 for host). Same thread rules as the chunk calls: the chunks
+ * named in src_to_ring must be the calling thread's own.
+ */
+int placefs_backend_has_zero_copy(const struct placefs_backend *be);
+
+/*
+ * Maps bytes [0, file_size) of the shard open on fd read-only (PROT_READ,
+ * MAP_SHARED) and registers the mapping with the device; *base is the
+ * mapping (NULL on failure, when nothing stays mapped). The CPU must never
+ * read through it (a page past a truncated end would raise SIGBUS). Slow:
+ * registration pins, and so first reads, every page (~34 ms/GiB on ext4).
+ * Errors: -EINVAL (fd < 0, file_size 0, base NULL), -EOPNOTSUPP (a backend
+ * without zero-copy, or a device that cannot register read-only memory),
+ * -EIO or -ENOMEM (mmap or the registration failed).
+ */
+int placefs_backend_map_source(struct placefs_backend *be, int fd, uint64_t file_size, void **base,
+                               struct placefs_error *err);
+
+/*
+ * Undoes placefs_backend_map_source(base, file_size); no copy from it may be
+ * in flight. NULL base (or a backend without zero-copy) does nothing.
+ */
+void placefs_backend_unmap_source(struct placefs_backend *be, void *base, uint64_t file_size);
+
+/*
+ * Copies n bytes at src (inside a mapping from placefs_backend_map_source())
+ * into ring bytes [ring_off, ring_off + n) and returns when they are there
+ * (synchronous; no copy outlives the call, even a failed one). The transfer
+ * is spread over the zero-copy streams of bounce chunks chunks[0..nchunks).
+ * -EINVAL for no chunks, a chunk that does not exist, src NULL or a range
+ * outside the ring; -EOPNOTSUPP for a backend without zero-copy; -EIO (the
+ * device's error). A 0-byte copy checks the arguments and touches nothing.
+ */
+int placefs_backend_src_to_ring(struct placefs_backend *be, const unsigned *chunks,
+                                unsigned nchunks, const void *src, uint64_t ring_off, uint64_t n,
+                                struct placefs_error *err);
+
+/*
  * Copies ring bytes [ring_off, ring_off + n) to `dest` and returns when they
  * are there. The destination is imported on first use and cached (CUDA IPC:
  * opened once per handle; shm: mapped once per object, re-mapped when the
@@ -173,6 +214,17 @@ int placefs_shm_remove_stale(void (*report)(const char *name, uint64_t bytes, vo
 int placefs_backend_read_ring(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,
                               struct placefs_error *err);
 
+/*
+ * The shm-name rule of destinations (and of PLACEFS_IOC_HANDLE_HOST_SHM in
+ * placefs/ioctl.h): name[0..bytes) is "/" followed by 1 to
+ * PLACEFS_IOC_HANDLE_MAX - 2 bytes that are neither '/' nor NUL, then one NUL
+ * (so bytes is strlen(name) + 1, from 3 to PLACEFS_IOC_HANDLE_MAX). Reads at
+ * most `bytes` bytes of name. 0, or -EINVAL with the message "destination shm
+ * name must be ..." in err. The one home of the rule: the daemon's ioctl
+ * checks and placefs_backend_copy_out() call it.
+ */
+int placefs_backend_shm_name_check(const uint8_t *name, uint32_t bytes, struct placefs_error *err);
+
 /* Fills a shm destination; -EINVAL when the name is not "/name" or too long. */
 int placefs_dest_shm(struct placefs_dest *d, const char *name, uint64_t offset, uint64_t size,
                      struct placefs_error *err);
@@ -186,24 +238,5 @@ int placefs_dest_cuda_ipc(struct placefs_dest *d, const void *handle, size_t len
  * Initialises the CUDA runtime in this process when built with CUDA.
  */
 int placefs_backend_cuda_devices(struct placefs_error *err);
-
-/*
- * Device memory for client programs (lib/client.c), never used by the
- * daemon: a copy-mode client allocates its destination and exports it with
- * an IPC handle; a borrower maps the daemon's ring through the ring's IPC
- * handle and copies bytes back to check them. Each call works on CUDA
- * device `device` (selected first). Built without CUDA, every one of them
- * fails with -EOPNOTSUPP (the free functions do nothing).
- */
-/* cudaMalloc of `bytes` (at least 1) and its IPC handle (64 bytes). */
-int placefs_cuda_alloc(int device, uint64_t bytes, void **dptr,
-                       uint8_t ipc[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES], struct placefs_error *err);
-void placefs_cuda_free(int device, void *dptr);
-/* cudaIpcOpenMemHandle of another process's allocation (the daemon's ring). */
-int placefs_cuda_ipc_map(int device, const uint8_t *ipc, void **dptr, struct placefs_error *err);
-void placefs_cuda_ipc_unmap(int device, void *dptr);
-/* Synchronous copy of n bytes of device memory at src into host memory dst. */
-int placefs_cuda_to_host(int device, const void *src, void *dst, uint64_t n,
-                         struct placefs_error *err);
 
 #endif

@@ -432,7 +432,7 @@ static int cuda_ring_to_device(struct placefs_backend *be, uint64_t ring_off, vo
 /* ---- zero-copy sources ------------------------------------------------------ */
 
 /*
- * Zero-copy staging (see the comment block in lib/stage.c): a shard is
+ * Zero-copy staging (the registry is lib/zerocopy.h): a shard is
  * mapped PROT_READ, MAP_SHARED and the mapping registered with
  * cudaHostRegister(cudaHostRegisterReadOnly). Registration pins the shard's
  * page-cache pages (faulting them in, i.e. reading the file, first), after
@@ -444,8 +444,9 @@ static int cuda_ring_to_device(struct placefs_backend *be, uint64_t ring_off, vo
  * The pinned pages stay referenced by the registration: if the file is
  * truncated or rewritten afterwards, the DMA reads the old pages (stale
  * bytes, but mapped memory: it never faults). So this backend only moves
- * bytes; the stager checks after every copy that the file still has the size
- * and mtime it had at registration, and fails the tensor otherwise.
+ * bytes; the registry checks after every copy that the file still has the
+ * size and mtime it had at registration, and the stager fails the tensor
+ * otherwise.
  *
  * The CPU never touches the mapping: a read through it of a page beyond a
  * truncated end would raise SIGBUS in the daemon.
@@ -572,92 +573,3 @@ const struct placefs_backend_ops placefs__cuda_ops = {
         .unmap_source = cuda_unmap_source,
         .src_to_ring = cuda_src_to_ring,
 };
-
-/* ---- client-side device memory (lib/client.c) ------------------------------ */
-
-/*
- * These run in a client process, never in the daemon: a program that stages
- * into its own allocation exports it with an IPC handle, and a borrower maps
- * the daemon's ring through the ring's IPC handle. Each call selects `device`
- * first, as the runtime's current device is per host thread.
- */
-
-int placefs_cuda_alloc(int device, uint64_t bytes, void **dptr,
-                       uint8_t ipc[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES], struct placefs_error *err)
-{
-	cudaIpcMemHandle_t h;
-	cudaError_t e;
-	void *p = NULL;
-
-	*dptr = NULL;
-	e = cudaSetDevice(device);
-	if (e != cudaSuccess) {
-		cudaGetLastError();
-		return cuda_fail(err, e, device, "cannot select the device");
-	}
-	e = cudaMalloc(&p, bytes ? bytes : 1);
-	if (e != cudaSuccess) {
-		cudaGetLastError();
-		return cuda_fail(err, e, device, "cannot allocate the destination buffer");
-	}
-	e = cudaIpcGetMemHandle(&h, p);
-	if (e != cudaSuccess) {
-		cudaGetLastError();
-		cudaFree(p);
-		return cuda_fail(err, e, device, "cannot export the destination buffer");
-	}
-	memcpy(ipc, &h, sizeof(h));
-	*dptr = p;
-	return 0;
-}
-
-void placefs_cuda_free(int device, void *dptr)
-{
-	if (!dptr)
-		return;
-	cudaSetDevice(device);
-	cudaFree(dptr);
-}
-
-int placefs_cuda_ipc_map(int device, const uint8_t *ipc, void **dptr, struct placefs_error *err)
-{
-	cudaIpcMemHandle_t h;
-	cudaError_t e;
-
-	*dptr = NULL;
-	memcpy(&h, ipc, sizeof(h));
-	e = cudaSetDevice(device);
-	if (e == cudaSuccess)
-		e = cudaIpcOpenMemHandle(dptr, h, cudaIpcMemLazyEnablePeerAccess);
-	if (e != cudaSuccess) {
-		cudaGetLastError();
-		*dptr = NULL;
-		return cuda_fail(err, e, device, "cannot open the ring's CUDA IPC handle");
-	}
-	return 0;
-}
-
-void placefs_cuda_ipc_unmap(int device, void *dptr)
-{
-	if (!dptr)
-		return;
-	cudaSetDevice(device);
-	cudaIpcCloseMemHandle(dptr);
-}
-
-int placefs_cuda_to_host(int device, const void *src, void *dst, uint64_t n,
-                         struct placefs_error *err)
-{
-	cudaError_t e;
-
-	if (n == 0)
-		return 0;
-	e = cudaSetDevice(device);
-	if (e == cudaSuccess)
-		e = cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
-	if (e != cudaSuccess) {
-		cudaGetLastError();
-		return cuda_fail(err, e, device, "copy from device memory to the host failed");
-	}
-	return 0;
-}

@@ -4,7 +4,8 @@
  *
  * backend.c validates every argument (chunk index, sizes, ring ranges,
  * destination bounds) and manages the destination cache; the ops only move
- * bytes. Ranges passed to the ops are always inside the ring.
+ * bytes. Ranges passed to the ops are always inside the ring. Only
+ * backend*.c include this header: everything else goes through backend.h.
  */
 #ifndef PLACEFS_BACKEND_I_H
 #define PLACEFS_BACKEND_I_H
@@ -39,7 +40,9 @@ struct placefs_backend_ops {
 	int (*ring_to_device)(struct placefs_backend *be, uint64_t ring_off, void *dptr, uint64_t n,
 	                      struct placefs_error *err);
 	/*
-	 * Zero-copy sources (lib/stage.c): NULL when the backend has none (host).
+	 * Zero-copy sources (lib/zerocopy.c, through backend.c's checked
+	 * placefs_backend_map_source() and friends): NULL when the backend has
+	 * none (host); a backend sets all three or none.
 	 * map_source maps bytes [0, file_size) of the shard open on fd read-only
 	 * (PROT_READ, MAP_SHARED) and registers the mapping with the device so
 	 * its DMA engine reads it directly; *base is the mapping. The CPU never

@@ -14,13 +14,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "devmem.h"
+#include "error.h"
 #include "placefs/client.h"
+#include "placefs/ioctl.h"
 
 /*
- * The client side of the staging protocol. Device memory goes through the
- * backend's client calls (lib/backend_cuda.c), so this file, like every
- * program that uses it, needs no CUDA header.
+ * The client side of the staging protocol. Device memory goes through
+ * lib/devmem.h, so this file, like every program that uses it, needs no CUDA
+ * header, and nothing of the daemon's side (backend, stager, ring).
  */
 
 struct placefs_client_dest {
@@ -310,7 +312,7 @@ int placefs_client_dest_create(const struct placefs_ioc_ring_info *ri, uint64_t 
 		rc = dest_shm(d, err);
 	} else {
 		placefs_error_clear(&e);
-		rc = placefs_cuda_alloc(ri->device, size, &d->ptr, d->handle, &e);
+		rc = placefs_devmem_alloc(ri->device, size, &d->ptr, d->handle, &e);
 		if (rc != 0) {
 			cfrom(err, rc, &e);
 		} else {
@@ -335,7 +337,7 @@ void placefs_client_dest_free(struct placefs_client_dest *d)
 		shm_unlink((const char *)d->handle);
 		close(d->fd);
 	} else if (d->kind == PLACEFS_IOC_HANDLE_CUDA_IPC) {
-		placefs_cuda_free(d->device, d->ptr);
+		placefs_devmem_free(d->device, d->ptr);
 	}
 	free(d);
 }
@@ -377,7 +379,7 @@ int placefs_client_dest_read(const struct placefs_client_dest *d, uint64_t off, 
 		return 0;
 	}
 	placefs_error_clear(&e);
-	rc = placefs_cuda_to_host(d->device, (const uint8_t *)d->ptr + off, dst, n, &e);
+	rc = placefs_devmem_to_host(d->device, (const uint8_t *)d->ptr + off, dst, n, &e);
 	return rc ? cfrom(err, rc, &e) : 0;
 }
 
@@ -430,7 +432,7 @@ int placefs_client_ring_map(const struct placefs_ioc_ring_info *ri,
 		}
 	} else if (ri->handle_kind == PLACEFS_IOC_HANDLE_CUDA_IPC) {
 		placefs_error_clear(&e);
-		rc = placefs_cuda_ipc_map(ri->device, ri->handle, &r->ptr, &e);
+		rc = placefs_devmem_ipc_map(ri->device, ri->handle, &r->ptr, &e);
 		if (rc != 0) {
 			cfrom(err, rc, &e);
 			goto fail;
@@ -453,7 +455,7 @@ void placefs_client_ring_unmap(struct placefs_client_ring *r)
 	if (r->backend == PLACEFS_IOC_BACKEND_HOST)
 		munmap(r->ptr, (size_t)r->bytes);
 	else
-		placefs_cuda_ipc_unmap(r->device, r->ptr);
+		placefs_devmem_ipc_unmap(r->device, r->ptr);
 	free(r);
 }
 
@@ -479,6 +481,6 @@ int placefs_client_ring_read(const struct placefs_client_ring *r, uint64_t off, 
 		return 0;
 	}
 	placefs_error_clear(&e);
-	rc = placefs_cuda_to_host(r->device, (const uint8_t *)r->ptr + off, dst, n, &e);
+	rc = placefs_devmem_to_host(r->device, (const uint8_t *)r->ptr + off, dst, n, &e);
 	return rc ? cfrom(err, rc, &e) : 0;
 }

@@ -7,7 +7,17 @@
 
 uint64_t placefs_clock_ts_ns(const struct timespec *ts)
 {
-	return (uint64_t)ts->tv_sec * PLACEFS_NS_PER_S + (uint64_t)ts->tv_nsec;
+	uint64_t ns;
+
+	if (ts->tv_sec < 0)
+		return 0;
+	if (__builtin_mul_overflow((uint64_t)ts->tv_sec, PLACEFS_NS_PER_S, &ns))
+		return UINT64_MAX;
+	if (ts->tv_nsec < 0)
+		return ns > (uint64_t)-ts->tv_nsec ? ns - (uint64_t)-ts->tv_nsec : 0;
+	if (__builtin_add_overflow(ns, (uint64_t)ts->tv_nsec, &ns))
+		return UINT64_MAX;
+	return ns;
 }
 
 uint64_t placefs_clock_ns(void)

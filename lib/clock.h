@@ -21,7 +21,11 @@ uint64_t placefs_clock_ns(void);
 /* CLOCK_MONOTONIC now, in seconds (for rates and durations printed to humans). */
 double placefs_clock_s(void);
 
-/* A timespec as nanoseconds (negative fields are not expected). */
+/*
+ * A timespec as nanoseconds. A negative tv_sec is the past (0); a time past
+ * UINT64_MAX nanoseconds (such as a saturated placefs_clock_deadline())
+ * saturates to UINT64_MAX instead of wrapping.
+ */
 uint64_t placefs_clock_ts_ns(const struct timespec *ts);
 
 /*

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "index.h"
+#include "io.h"
 #include "jsonstrict_i.h"
 
 struct idx_entry {
@@ -39,21 +40,6 @@ static int idx_fail(struct placefs_error *err, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	return placefs_error_set(err, -EINVAL, PLACEFS_E_INDEX, "%s", msg);
-}
-
-static const char *type_name(const cJSON *v)
-{
-	if (cJSON_IsNull(v))
-		return "null";
-	if (cJSON_IsBool(v))
-		return "a boolean";
-	if (cJSON_IsNumber(v))
-		return "a number";
-	if (cJSON_IsString(v))
-		return "a string";
-	if (cJSON_IsArray(v))
-		return "an array";
-	return "an object";
 }
 
 /*
@@ -136,7 +122,7 @@ int placefs_index_parse(const char *file, const char *text, size_t len, struct p
 	}
 	if (meta && !cJSON_IsNull(meta) && !cJSON_IsObject(meta)) {
 		rc = idx_fail(err, "%s: \"metadata\" is %s; it must be an object or null", file,
-		              type_name(meta));
+		              placefs_json_type_name(meta));
 		goto fail;
 	}
 	if (!wm) {
@@ -147,7 +133,7 @@ int placefs_index_parse(const char *file, const char *text, size_t len, struct p
 		rc = idx_fail(err,
 		              "%s: \"weight_map\" is %s; it must be an object mapping tensor names "
 		              "to shard paths",
-		              file, type_name(wm));
+		              file, placefs_json_type_name(wm));
 		goto fail;
 	}
 	for (const cJSON *m = wm->child; m; m = m->next) {
@@ -157,7 +143,7 @@ int placefs_index_parse(const char *file, const char *text, size_t len, struct p
 		if (!cJSON_IsString(m)) {
 			rc = idx_fail(err,
 			              "%s: weight_map: tensor %s: the shard is %s, not a string",
-			              file, q, type_name(m));
+			              file, q, placefs_json_type_name(m));
 			goto fail;
 		}
 		why = shard_path_problem(m->valuestring);
@@ -230,7 +216,7 @@ int placefs_index_load(const char *path, const char *file, struct placefs_index 
 {
 	struct stat st;
 	char *buf = NULL;
-	size_t got = 0;
+	ssize_t got;
 	int fd, rc;
 
 	if (!file)
@@ -263,25 +249,18 @@ int placefs_index_load(const char *path, const char *file, struct placefs_index 
 		                       "%s: out of memory reading the index", file);
 		goto out;
 	}
-	while (got < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
-			                       "%s: cannot read the index: %s", file,
-			                       strerror(errno));
-			goto out;
-		}
-		if (r == 0) {
-			rc = placefs_error_set(err, -EIO, PLACEFS_E_IO,
-			                       "%s: the index shrank while being read", file);
-			goto out;
-		}
-		got += (size_t)r;
+	got = placefs_io_read_full(fd, buf, (size_t)st.st_size);
+	if (got < 0) {
+		rc = placefs_error_set(err, (int)got, PLACEFS_E_IO, "%s: cannot read the index: %s",
+		                       file, strerror((int)-got));
+		goto out;
 	}
-	rc = placefs_index_parse(file, buf, got, out, err);
+	if ((size_t)got < (size_t)st.st_size) {
+		rc = placefs_error_set(err, -EIO, PLACEFS_E_IO,
+		                       "%s: the index shrank while being read", file);
+		goto out;
+	}
+	rc = placefs_index_parse(file, buf, (size_t)got, out, err);
 out:
 	free(buf);
 	close(fd);

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "jsonstrict_i.h"
-#include "safetensors.h"
 
 /*
  * cJSON keeps no token text and is lenient where the reference reader
@@ -138,6 +137,23 @@ int placefs_utf8_valid(const char *s, size_t len)
 	if (!s)
 		return len == 0;
 	return utf8_scan((const unsigned char *)s, len) == len;
+}
+
+const char *placefs_json_type_name(const cJSON *v)
+{
+	if (cJSON_IsNull(v))
+		return "null";
+	if (cJSON_IsBool(v))
+		return "a boolean";
+	if (cJSON_IsNumber(v))
+		return "a number";
+	if (cJSON_IsString(v))
+		return "a string";
+	if (cJSON_IsArray(v))
+		return "an array";
+	if (cJSON_IsObject(v))
+		return "an object";
+	return "an unknown value";
 }
 
 const char *placefs_json_quote(char *buf, size_t size, const char *s)

@@ -53,6 +53,13 @@ int placefs_json_u64(const struct placefs_json *js, const cJSON *node, uint64_t 
 /* 1 if `s` (len bytes) is valid UTF-8, else 0. */
 int placefs_utf8_valid(const char *s, size_t len);
 
+/*
+ * The type of a value as a message names it: "null", "a boolean", "a number",
+ * "a string", "an array", "an object" ("an unknown value" for a node that
+ * placefs_json_parse() never makes). A static string.
+ */
+const char *placefs_json_type_name(const cJSON *v);
+
 #define PLACEFS_JSON_QUOTE_MAX 256
 
 /*

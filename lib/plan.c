@@ -36,30 +36,6 @@ static const char *tfile(const struct placefs_tensor *t)
 	return t->file ? t->file : "(unknown file)";
 }
 
-/*
- * Appends `s` in double quotes, escaping quotes, backslashes and control
- * bytes, so that a hostile name cannot break a one-line message.
- */
-static int add_quoted(struct placefs_strbuf *sb, const char *s)
-{
-	int rc = placefs_strbuf_adds(sb, "\"");
-	size_t i;
-
-	for (i = 0; rc == 0 && s[i] && i < QUOTE_MAX; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c == '"' || c == '\\')
-			rc = placefs_strbuf_addf(sb, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			rc = placefs_strbuf_addf(sb, "\\x%02x", c);
-		else
-			rc = placefs_strbuf_add(sb, &c, 1);
-	}
-	if (rc == 0 && s[i])
-		rc = placefs_strbuf_adds(sb, "...");
-	return rc ? rc : placefs_strbuf_adds(sb, "\"");
-}
-
 /* Sort order for duplicate detection: by name, then checkpoint order. */
 static int cmp_entry_name(const void *a, const void *b)
 {
@@ -120,7 +96,7 @@ static int check_dups(const struct placefs_plan_entry **v, size_t n, const char 
 		else
 			rc = placefs_strbuf_adds(&sb, ", ");
 		if (!rc)
-			rc = add_quoted(&sb, v[i]->tensor->name);
+			rc = placefs_strbuf_add_quoted(&sb, v[i]->tensor->name, QUOTE_MAX);
 		if (!rc)
 			rc = placefs_strbuf_adds(&sb, " (");
 		for (size_t k = i; rc == 0 && k < j && k < i + LIST_MAX; k++) {
@@ -176,7 +152,8 @@ static int check_overlap(const struct placefs_plan_entry **gpu, size_t ng,
 
 			rc = placefs_strbuf_adds(&sb, sep);
 			if (!rc)
-				rc = add_quoted(&sb, gpu[i]->tensor->name);
+				rc = placefs_strbuf_add_quoted(&sb, gpu[i]->tensor->name,
+				                               QUOTE_MAX);
 			if (!rc)
 				rc = placefs_strbuf_addf(&sb, " (gpu: %s, cpu: %s)",
 				                         tfile(gpu[i]->tensor),
@@ -213,7 +190,7 @@ static int report_empty(const struct placefs_plan_options *opt, struct placefs_e
 			if (i)
 				rc = placefs_strbuf_adds(&sb, ", ");
 			if (!rc)
-				rc = add_quoted(&sb, opt->prefixes[i]);
+				rc = placefs_strbuf_add_quoted(&sb, opt->prefixes[i], QUOTE_MAX);
 		}
 		if (!rc)
 			rc = placefs_strbuf_adds(&sb, ")");
@@ -310,6 +287,34 @@ static int compute_ring(struct placefs_plan *plan, struct placefs_error *err)
 	r &= ~(RING_ALIGN - 1);
 	plan->ring = r < RING_ALIGN ? RING_ALIGN : r;
 	plan->ring_min = plan->ring;
+	return 0;
+}
+
+int placefs_plan_limit_parse(const char *text, const char *origin, int *has_limit, uint64_t *limit,
+                             const char **limit_origin, struct placefs_error *err)
+{
+	const char *from = origin;
+	uint64_t v;
+	int rc;
+
+	if (!text) {
+		text = getenv(PLACEFS_PLAN_ENV_LIMIT);
+		from = PLACEFS_PLAN_ENV_LIMIT;
+	}
+	if (!text) {
+		*has_limit = 0;
+		*limit = 0;
+		if (limit_origin)
+			*limit_origin = NULL;
+		return 0;
+	}
+	rc = placefs_size_parse(text, from, &v, err);
+	if (rc)
+		return rc;
+	*has_limit = 1;
+	*limit = v;
+	if (limit_origin)
+		*limit_origin = from;
 	return 0;
 }
 
@@ -547,6 +552,10 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 		rc = placefs_strbuf_adds(sb, i ? ", {\"name\": " : "{\"name\": ");
 		if (!rc)
 			rc = placefs_strbuf_add_json_string(sb, ts->name);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, ", \"filename\": ");
+		if (!rc)
+			rc = placefs_strbuf_add_json_string(sb, e->fname);
 		if (!rc)
 			rc = placefs_strbuf_adds(sb, ", \"file\": ");
 		if (!rc)

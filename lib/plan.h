@@ -42,6 +42,28 @@ struct placefs_plan_options {
 	uint64_t limit; /* > 0 when has_limit */
 };
 
+/* The environment variable that sets the staging limit when no option does. */
+#define PLACEFS_PLAN_ENV_LIMIT "INSTANTTENSOR_BUFFER_SIZE"
+
+/*
+ * The staging limit from the command line or the environment, the option
+ * first: `text` is the option's value as given (NULL: the option was not
+ * given) and `origin` names the option ("--buffer-size", "-o buffer_size").
+ * Without the option, $INSTANTTENSOR_BUFFER_SIZE is used when it is set (set
+ * but empty is an error); with neither there is no limit. Each is parsed by
+ * placefs_size_parse() with its own origin for the message.
+ *
+ * Returns 0 and sets *has_limit to 1, *limit to the value and *limit_origin
+ * to `origin` or PLACEFS_PLAN_ENV_LIMIT (not copied); with no limit, sets
+ * *has_limit and *limit to 0 and *limit_origin to NULL (limit_origin may be
+ * NULL when the caller has no use for it). On failure returns
+ * placefs_size_parse()'s -EINVAL or -ERANGE with kind PLACEFS_E_LIMIT and
+ * the outputs unchanged. Reads the environment: not thread-safe against
+ * setenv().
+ */
+int placefs_plan_limit_parse(const char *text, const char *origin, int *has_limit, uint64_t *limit,
+                             const char **limit_origin, struct placefs_error *err);
+
 struct placefs_plan_entry {
 	const struct placefs_tensor *tensor;
 	enum placefs_placement placement;
@@ -101,10 +123,12 @@ const char *placefs_placement_name(enum placefs_placement p); /* "gpu" / "cpu" *
 /*
  * The machine-readable plan, exactly (one line, then "\n"):
  * {"source": S, "buffer_size": N|null, "ring_bytes": N, "tensors": [{"name": S,
- *  "file": S, "dtype": S, "shape": [N, ...], "nbytes": N, "offset": N,
- *  "placement": "gpu"|"cpu"}, ...], "totals": {"gpu": {"count": N, "bytes": N},
- *  "cpu": {"count": N, "bytes": N}}}
- * Both placefs-plan --json and the mount's .placefs/plan.json use this.
+ *  "filename": S, "file": S, "dtype": S, "shape": [N, ...], "nbytes": N,
+ *  "offset": N, "placement": "gpu"|"cpu"}, ...], "totals": {"gpu": {"count": N,
+ *  "bytes": N}, "cpu": {"count": N, "bytes": N}}}
+ * "filename" is the tensor's file name in the mount (the entry's fname, as
+ * lib/name.h encodes it), "file" its shard. Both placefs-plan --json and the
+ * mount's .placefs/plan.json use this.
  */
 int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
                              struct placefs_strbuf *sb);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "ring.h"
 
 /* A canceller that forgets placefs_ring_wake() is noticed within this time. */
@@ -68,35 +69,10 @@ struct placefs_ring {
 #define STAT_ADD(r, f, v) __atomic_fetch_add(&(r)->st.f, (v), __ATOMIC_RELAXED)
 #define STAT_GET(r, f)    __atomic_load_n(&(r)->st.f, __ATOMIC_RELAXED)
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t ts_ns(const struct timespec *ts)
-{
-	if (ts->tv_sec < 0)
-		return 0;
-	return (uint64_t)ts->tv_sec * 1000000000ULL + (uint64_t)ts->tv_nsec;
-}
-
-static struct timespec ns_ts(uint64_t ns)
-{
-	struct timespec ts = {
-	        .tv_sec = (time_t)(ns / 1000000000ULL),
-	        .tv_nsec = (long)(ns % 1000000000ULL),
-	};
-	return ts;
-}
-
 int placefs_ring_create(uint64_t capacity, uint64_t align, struct placefs_ring **out,
                         struct placefs_error *err)
 {
 	struct placefs_ring *r;
-	pthread_condattr_t ca;
 
 	*out = NULL;
 	if (capacity == 0)
@@ -117,14 +93,8 @@ int placefs_ring_create(uint64_t capacity, uint64_t align, struct placefs_ring *
 	if (pthread_mutex_init(&r->lock, NULL) != 0)
 		goto fail_mutex;
 	/* Deadlines are CLOCK_MONOTONIC so wall-clock jumps do not matter. */
-	if (pthread_condattr_init(&ca) != 0)
+	if (placefs_clock_cond_init(&r->cond) != 0)
 		goto fail_cond;
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (pthread_cond_init(&r->cond, &ca) != 0) {
-		pthread_condattr_destroy(&ca);
-		goto fail_cond;
-	}
-	pthread_condattr_destroy(&ca);
 	r->capacity = capacity;
 	r->align = align;
 	r->next_id = 1;
@@ -291,7 +261,7 @@ int placefs_ring_alloc(struct placefs_ring *ring, uint64_t nbytes, const struct 
 	if (nbytes > r->capacity)
 		return -EFBIG;
 	if (deadline)
-		limit = ts_ns(deadline);
+		limit = placefs_clock_ts_ns(deadline);
 	if (cancelled(cancel))
 		return -EINTR;
 
@@ -307,7 +277,7 @@ int placefs_ring_alloc(struct placefs_ring *ring, uint64_t nbytes, const struct 
 		*span_id = id;
 		return 0;
 	}
-	start = now_ns();
+	start = placefs_clock_ns();
 	if (deadline && start >= limit) {
 		/* A try-allocation: not counted as a wait or a timeout. */
 		pthread_mutex_unlock(&r->lock);
@@ -332,7 +302,6 @@ int placefs_ring_alloc(struct placefs_ring *ring, uint64_t nbytes, const struct 
 
 	for (;;) {
 		uint64_t now, wake;
-		struct timespec ts;
 
 		if (cancelled(cancel)) {
 			rc = -EINTR;
@@ -348,7 +317,7 @@ int placefs_ring_alloc(struct placefs_ring *ring, uint64_t nbytes, const struct 
 			}
 			break;
 		}
-		now = now_ns();
+		now = placefs_clock_ns();
 		if (deadline && now >= limit) {
 			rc = -ETIMEDOUT;
 			STAT_ADD(r, timeouts, 1);
@@ -361,11 +330,10 @@ int placefs_ring_alloc(struct placefs_ring *ring, uint64_t nbytes, const struct 
 		wake = deadline ? limit : UINT64_MAX;
 		if (cancel && wake - now > CANCEL_POLL_NS)
 			wake = now + CANCEL_POLL_NS;
-		ts = ns_ts(wake);
-		pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+		placefs_clock_cond_wait_ns(&r->cond, &r->lock, wake - now);
 	}
 	wq_remove(r, &me);
-	STAT_ADD(r, wait_ns, now_ns() - start);
+	STAT_ADD(r, wait_ns, placefs_clock_ns() - start);
 	/* The next waiter may fit now, or is the new head of the queue. */
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);

@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "io.h"
 #include "jsonstrict_i.h"
 #include "safetensors.h"
 
@@ -205,23 +205,6 @@ static const char *pool_copy(struct parse_state *s, const char *str)
 	return d;
 }
 
-static const char *json_type_name(const cJSON *v)
-{
-	if (cJSON_IsNull(v))
-		return "null";
-	if (cJSON_IsBool(v))
-		return "a boolean";
-	if (cJSON_IsNumber(v))
-		return "a number";
-	if (cJSON_IsString(v))
-		return "a string";
-	if (cJSON_IsArray(v))
-		return "an array";
-	if (cJSON_IsObject(v))
-		return "an object";
-	return "an unknown value";
-}
-
 static int parse_meta(struct parse_state *s, const cJSON *v)
 {
 	char q[PLACEFS_JSON_QUOTE_MAX];
@@ -231,7 +214,7 @@ static int parse_meta(struct parse_state *s, const cJSON *v)
 	if (!cJSON_IsObject(v))
 		return hdr_fail(s,
 		                "\"" META_KEY "\" is %s; it must be an object of strings or null",
-		                json_type_name(v));
+		                placefs_json_type_name(v));
 	s->h->has_meta = 1;
 	for (const cJSON *m = v->child; m; m = m->next) {
 		struct placefs_st_meta *e = &s->h->meta[s->h->meta_count];
@@ -239,7 +222,7 @@ static int parse_meta(struct parse_state *s, const cJSON *v)
 		if (!cJSON_IsString(m))
 			return hdr_fail(s, "\"" META_KEY "\" value of %s is %s, not a string",
 			                placefs_json_quote(q, sizeof(q), m->string),
-			                json_type_name(m));
+			                placefs_json_type_name(m));
 		e->key = pool_copy(s, m->string);
 		e->value = pool_copy(s, m->valuestring);
 		s->h->meta_count++;
@@ -256,9 +239,10 @@ static int get_u64(struct parse_state *s, const char *qname, const cJSON *v, con
 	if (rc == -ERANGE)
 		return hdr_fail(s, "tensor %s: %s[%zu] does not fit in 64 bits", qname, what, i);
 	if (rc)
-		return hdr_fail(
-		        s, "tensor %s: %s[%zu] is %s, not a non-negative integer", qname, what, i,
-		        cJSON_IsNumber(v) ? "a negative or fractional number" : json_type_name(v));
+		return hdr_fail(s, "tensor %s: %s[%zu] is %s, not a non-negative integer", qname,
+		                what, i,
+		                cJSON_IsNumber(v) ? "a negative or fractional number"
+		                                  : placefs_json_type_name(v));
 	return 0;
 }
 
@@ -270,7 +254,7 @@ static int parse_tensor(struct parse_state *s, const cJSON *v, struct placefs_st
 
 	placefs_json_quote(q, sizeof(q), v->string);
 	if (!cJSON_IsObject(v))
-		return hdr_fail(s, "tensor %s is %s, not an object", q, json_type_name(v));
+		return hdr_fail(s, "tensor %s is %s, not an object", q, placefs_json_type_name(v));
 	/* Fields are checked in document order, as the reference reader does. */
 	for (const cJSON *f = v->child; f; f = f->next) {
 		if (strcmp(f->string, "dtype") == 0) {
@@ -279,7 +263,7 @@ static int parse_tensor(struct parse_state *s, const cJSON *v, struct placefs_st
 			dtype = f;
 			if (!cJSON_IsString(f))
 				return hdr_fail(s, "tensor %s: dtype is %s, not a string", q,
-				                json_type_name(f));
+				                placefs_json_type_name(f));
 			t->dtype = placefs_dtype_from_name(f->valuestring, strlen(f->valuestring));
 			if (t->dtype == PLACEFS_DT_INVALID)
 				return hdr_fail(s, "tensor %s: unknown dtype %s", q,
@@ -290,7 +274,7 @@ static int parse_tensor(struct parse_state *s, const cJSON *v, struct placefs_st
 			shape = f;
 			if (!cJSON_IsArray(f))
 				return hdr_fail(s, "tensor %s: shape is %s, not an array", q,
-				                json_type_name(f));
+				                placefs_json_type_name(f));
 			for (const cJSON *d = f->child; d; d = d->next)
 				nd++;
 			if (nd > UINT32_MAX)
@@ -310,7 +294,7 @@ static int parse_tensor(struct parse_state *s, const cJSON *v, struct placefs_st
 			offs = f;
 			if (!cJSON_IsArray(f))
 				return hdr_fail(s, "tensor %s: data_offsets is %s, not an array", q,
-				                json_type_name(f));
+				                placefs_json_type_name(f));
 			b = f->child;
 			e = b ? b->next : NULL;
 			if (!b || !e || e->next) {
@@ -559,26 +543,6 @@ int placefs_st_parse_buffer(const char *file, const uint8_t *data, size_t len,
 	return placefs_st_header_parse(file, (const char *)data + 8, (size_t)n, len, out, err);
 }
 
-/* Reads exactly len bytes at off unless EOF comes first; returns the count or -errno. */
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t r = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
-
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
-}
-
 static int read_fail(struct placefs_error *err, const char *file, ssize_t r, uint64_t off)
 {
 	if (r < 0)
@@ -607,7 +571,7 @@ int placefs_st_read_fd(const char *file, int fd, uint64_t file_size, struct plac
 	if (fd < 0)
 		return placefs_error_set(err, -EBADF, PLACEFS_E_USAGE,
 		                         "%s: placefs_st_read_fd: bad file descriptor", file);
-	r = pread_full(fd, prefix, want, 0);
+	r = placefs_io_pread_full(fd, prefix, want, 0);
 	if (r < 0 || (size_t)r < want)
 		return read_fail(err, file, r, 0);
 	rc = placefs_st_header_length(file, prefix, want, file_size, &n, err);
@@ -617,7 +581,7 @@ int placefs_st_read_fd(const char *file, int fd, uint64_t file_size, struct plac
 	buf = malloc(n ? (size_t)n : 1);
 	if (!buf)
 		return nomem(err, file);
-	r = pread_full(fd, buf, (size_t)n, 8);
+	r = placefs_io_pread_full(fd, buf, (size_t)n, 8);
 	if (r < 0 || (uint64_t)r < n) {
 		rc = read_fail(err, file, r, 8);
 		goto out;

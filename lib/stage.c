@@ -4,23 +4,23 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend_i.h"
+#include "clock.h"
+#include "io.h"
 #include "ring.h"
 #include "stage.h"
+#include "zerocopy.h"
 
 /*
  * Locking: one mutex (st->lock) guards the job queue, job progress, leases
  * and prefetch state. Lock order is st->lock, then the ring's lock (the ring
  * never calls back with its lock held). No file or device I/O happens under
- * st->lock.
+ * st->lock, and the zero-copy registry (its own lock) is called without it.
  */
 
 #define LEASE_BUCKETS 256
@@ -39,51 +39,13 @@
 #define IO_SPIN_US_DEFAULT 200
 
 /*
- * Zero-copy staging. A shard is mapped read-only and registered with the
- * device once (the backend's map_source), lazily at the first stage of one
- * of its tensors, and stays registered until the stager is freed; a tensor
- * of it is then one DMA from the mapping into the ring (src_to_ring), run by
- * one I/O thread over the zero-copy streams of its bounce chunks. The CPU never
- * reads through the mapping: every byte goes by DMA.
- *
- * Safety. The daemon validates the shards at mount and re-checks a shard
- * before staging from it, but a shard may still be truncated or rewritten
- * after its registration. The registration keeps the old pages referenced,
- * so the DMA does not fault: it reads stale (but mapped) memory. Therefore,
- * after every zero-copy copy, the I/O thread fstat()s the file and compares
- * its size and mtime with those recorded at registration (taken before the
- * mapping was made). If either differs the tensor fails with -EIO and its
- * span is given back: changed bytes are never handed out as valid. The
- * shard is then marked refused, and its registration is dropped once no
- * copy uses it; its later tensors go through the bounce path, whose pread()
- * sees the file as it is now. The check runs after the copy, so a change
- * during the copy is caught as well (truncation and write() update the size
- * and mtime before they drop or change pages).
- *
- * Pinned memory: a registration pins the whole shard's page cache. Shards
- * are registered only while the total stays within half of physical memory;
- * the rest use the bounce path.
- *
- * Entries are keyed by (st_dev, st_ino) and guarded by st->lock; the slow
- * mapping and registration run unlocked, other stagers of the same shard
- * waiting on done_cond meanwhile.
+ * Zero-copy staging (lib/zerocopy.h): a job whose bytes lie in a shard the
+ * registry has registered is one piece, run by one I/O thread as one DMA
+ * from the shard's mapping into the ring over the zero-copy streams of the
+ * thread's bounce chunks; the registry then checks that the shard did not
+ * change, and the tensor fails with -EIO (its span given back) when it did.
+ * Every other job takes the bounce path.
  */
-enum zc_state {
-	ZC_REGISTERING,
-	ZC_READY,
-	ZC_REFUSED, /* bounce path for good: registration failed, over the cap, or stale */
-};
-
-struct zc_src {
-	struct zc_src *next;
-	dev_t dev;
-	ino_t ino;
-	uint64_t size;
-	struct timespec mtime;
-	void *base; /* the registered mapping; NULL when not registered */
-	enum zc_state state;
-	unsigned users; /* copies from base in progress */
-};
 
 struct job {
 	struct job *qnext;
@@ -92,11 +54,11 @@ struct job {
 	uint64_t nbytes;
 	uint64_t ring_off;
 	uint64_t npieces;
-	uint64_t next;     /* next piece to hand out */
-	uint64_t done;     /* pieces finished (read + copy waited for, or skipped) */
-	int prio;          /* 1: a foreground request; 0: prefetch */
-	struct zc_src *zc; /* zero-copy source (one piece); NULL: bounce path */
-	int rc;            /* first error; read atomically to skip remaining pieces */
+	uint64_t next;                   /* next piece to hand out */
+	uint64_t done;                   /* pieces finished (read + copy waited for, or skipped) */
+	int prio;                        /* 1: a foreground request; 0: prefetch */
+	struct placefs_zerocopy_src *zc; /* zero-copy source (one piece); NULL: bounce path */
+	int rc;                          /* first error; read atomically to skip remaining pieces */
 	bool finished;
 	struct placefs_error err;
 	const char *name;
@@ -164,12 +126,6 @@ struct counters {
 	uint64_t prefetch_hits;
 	uint64_t prefetch_evicted;
 	uint64_t prefetch_held;
-	uint64_t zero_copy_bytes;
-	uint64_t zero_copy_registrations;
-	uint64_t zero_copy_registration_ns;
-	uint64_t zero_copy_registered_bytes;
-	uint64_t zero_copy_refused;
-	uint64_t zero_copy_stale;
 };
 
 struct placefs_stager {
@@ -212,12 +168,9 @@ struct placefs_stager {
 	 */
 	unsigned fg_allocating;
 
-	/* Zero-copy (see the comment at the top); all under lock. */
-	bool zc_on;
-	struct zc_src *zc;
-	uint64_t zc_pinned; /* bytes of the registered shards */
-	uint64_t zc_cap;
-	char zc_note[256]; /* why it is off, or the first refusal */
+	/* Zero-copy: NULL when off; zc_note says why (set at create, then constant). */
+	struct placefs_zerocopy *zc;
+	char zc_note[256];
 
 	struct counters c; /* atomic fields */
 };
@@ -225,25 +178,6 @@ struct placefs_stager {
 #define CNT_ADD(st, f, v) __atomic_fetch_add(&(st)->c.f, (v), __ATOMIC_RELAXED)
 #define CNT_SUB(st, f, v) __atomic_fetch_sub(&(st)->c.f, (v), __ATOMIC_RELAXED)
 #define CNT_GET(st, f)    __atomic_load_n(&(st)->c.f, __ATOMIC_RELAXED)
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
-{
-	uint64_t t = now_ns() + ns;
-	struct timespec ts = {
-	        .tv_sec = (time_t)(t / 1000000000ULL),
-	        .tv_nsec = (long)(t % 1000000000ULL),
-	};
-
-	pthread_cond_timedwait(c, m, &ts);
-}
 
 /* ---- jobs and I/O threads ------------------------------------------------ */
 
@@ -263,7 +197,7 @@ static void job_init(struct job *j, int fd, uint64_t file_off, uint64_t nbytes, 
 /* Queues a job, or finishes an empty one at once; lock held. */
 static void job_submit(struct placefs_stager *st, struct job *j)
 {
-	j->t_start = now_ns();
+	j->t_start = placefs_clock_ns();
 	if (j->npieces == 0) {
 		j->finished = true;
 		j->t_end = j->t_start;
@@ -323,7 +257,7 @@ static void piece_done(struct placefs_stager *st, struct job *j, int rc,
 	}
 	if (++j->done == j->npieces) {
 		j->finished = true;
-		j->t_end = now_ns();
+		j->t_end = placefs_clock_ns();
 		pthread_cond_broadcast(&st->done_cond);
 		if (j->done_cb)
 			j->done_cb(st, j); /* may free j */
@@ -331,35 +265,24 @@ static void piece_done(struct placefs_stager *st, struct job *j, int rc,
 	pthread_mutex_unlock(&st->lock);
 }
 
+/* Reads bytes [off, off + n) of a tensor into buf; -EIO naming the tensor otherwise. */
 static int read_full(int fd, uint8_t *buf, uint64_t n, uint64_t off, const char *name,
                      struct placefs_error *err)
 {
-	uint64_t got = 0;
+	ssize_t r = placefs_io_pread_full(fd, buf, (size_t)n, off);
 
-	while (got < n) {
-		uint64_t want = n - got;
-		ssize_t r;
-
-		if (want > (1ULL << 30))
-			want = 1ULL << 30;
-		r = pread(fd, buf + got, (size_t)want, (off_t)(off + got));
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return placefs_error_set(err, -EIO, PLACEFS_E_IO,
-			                         "tensor \"%s\": reading %llu bytes at offset %llu "
-			                         "failed: %s",
-			                         name, (unsigned long long)(n - got),
-			                         (unsigned long long)(off + got), strerror(errno));
-		}
-		if (r == 0)
-			return placefs_error_set(err, -EIO, PLACEFS_E_IO,
-			                         "tensor \"%s\": short read: the shard ends at "
-			                         "offset %llu, %llu bytes before the tensor's end",
-			                         name, (unsigned long long)(off + got),
-			                         (unsigned long long)(n - got));
-		got += (uint64_t)r;
-	}
+	if (r < 0)
+		return placefs_error_set(
+		        err, -EIO, PLACEFS_E_IO,
+		        "tensor \"%s\": reading %llu bytes at offset %llu failed: %s", name,
+		        (unsigned long long)n, (unsigned long long)off, strerror((int)-r));
+	if ((uint64_t)r < n)
+		return placefs_error_set(
+		        err, -EIO, PLACEFS_E_IO,
+		        "tensor \"%s\": short read: the shard ends at offset %llu, "
+		        "%llu bytes before the tensor's end",
+		        name, (unsigned long long)(off + (uint64_t)r),
+		        (unsigned long long)(n - (uint64_t)r));
 	return 0;
 }
 
@@ -367,132 +290,15 @@ static int read_full(int fd, uint8_t *buf, uint64_t n, uint64_t off, const char 
 
 static void slots_reap_ready(struct io_thread *t, bool all);
 
-/* Notes the first reason zero-copy was refused; lock held. */
-__attribute__((format(printf, 2, 3))) static void zc_note(struct placefs_stager *st,
-                                                          const char *fmt, ...)
-{
-	va_list ap;
-
-	if (st->zc_note[0] != '\0')
-		return;
-	va_start(ap, fmt);
-	vsnprintf(st->zc_note, sizeof(st->zc_note), fmt, ap);
-	va_end(ap);
-}
-
-static struct zc_src *zc_find(struct placefs_stager *st, dev_t dev, ino_t ino)
-{
-	struct zc_src *z;
-
-	for (z = st->zc; z; z = z->next)
-		if (z->dev == dev && z->ino == ino)
-			return z;
-	return NULL;
-}
-
 /*
- * The registered source for bytes [off, off + n) of fd, with a use taken, or
- * NULL when the tensor goes through the bounce path. Registers the shard on
- * its first use (unlocked); callers must not hold st->lock.
- */
-static struct zc_src *zc_acquire(struct placefs_stager *st, int fd, uint64_t off, uint64_t n)
-{
-	struct placefs_error e;
-	struct zc_src *z;
-	struct stat sb;
-	uint64_t t0;
-	void *base = NULL;
-	int rc;
-
-	if (!st->zc_on || n == 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0)
-		return NULL;
-	pthread_mutex_lock(&st->lock);
-	z = zc_find(st, sb.st_dev, sb.st_ino);
-	if (!z) {
-		z = calloc(1, sizeof(*z));
-		if (!z) {
-			pthread_mutex_unlock(&st->lock);
-			return NULL;
-		}
-		z->dev = sb.st_dev;
-		z->ino = sb.st_ino;
-		z->size = (uint64_t)sb.st_size;
-		z->mtime = sb.st_mtim;
-		z->next = st->zc;
-		st->zc = z;
-		if (z->size > st->zc_cap - st->zc_pinned) {
-			z->state = ZC_REFUSED;
-			CNT_ADD(st, zero_copy_refused, 1);
-			zc_note(st,
-			        "%s: zero-copy registrations would pin more than half of "
-			        "physical memory; further shards use bounce buffers",
-			        st->info.name);
-		} else {
-			z->state = ZC_REGISTERING;
-			st->zc_pinned += z->size;
-			pthread_mutex_unlock(&st->lock);
-			placefs_error_clear(&e);
-			t0 = now_ns();
-			rc = st->be->ops->map_source(st->be, fd, z->size, &base, &e);
-			t0 = now_ns() - t0;
-			pthread_mutex_lock(&st->lock);
-			if (rc == 0) {
-				z->base = base;
-				z->state = ZC_READY;
-				CNT_ADD(st, zero_copy_registrations, 1);
-				CNT_ADD(st, zero_copy_registration_ns, t0);
-				CNT_ADD(st, zero_copy_registered_bytes, z->size);
-			} else {
-				z->state = ZC_REFUSED;
-				st->zc_pinned -= z->size;
-				CNT_ADD(st, zero_copy_refused, 1);
-				zc_note(st,
-				        "zero-copy refused for a shard, which uses bounce "
-				        "buffers instead: %s",
-				        e.msg);
-			}
-			pthread_cond_broadcast(&st->done_cond);
-		}
-	}
-	while (z->state == ZC_REGISTERING)
-		pthread_cond_wait(&st->done_cond, &st->lock);
-	/* A range past the registered end is left to pread(), which reports it. */
-	if (z->state != ZC_READY || off > z->size || n > z->size - off) {
-		pthread_mutex_unlock(&st->lock);
-		return NULL;
-	}
-	z->users++;
-	pthread_mutex_unlock(&st->lock);
-	return z;
-}
-
-/* Ends a use of z; a refused source is unregistered by its last user. Unlocked. */
-static void zc_put(struct placefs_stager *st, struct zc_src *z)
-{
-	void *base = NULL;
-
-	pthread_mutex_lock(&st->lock);
-	if (--z->users == 0 && z->state == ZC_REFUSED && z->base) {
-		base = z->base;
-		z->base = NULL;
-		st->zc_pinned -= z->size;
-		CNT_SUB(st, zero_copy_registered_bytes, z->size);
-	}
-	pthread_mutex_unlock(&st->lock);
-	if (base)
-		st->be->ops->unmap_source(st->be, base, z->size);
-}
-
-/*
- * Runs a zero-copy job (one piece) on thread t: DMA from the mapping, then
- * the staleness check described at the top. Unlocked.
+ * Runs a zero-copy job (one piece) on thread t: the registry's DMA from the
+ * mapping and its staleness check (lib/zerocopy.h). Unlocked.
  */
 static void zc_run(struct io_thread *t, struct job *j)
 {
 	struct placefs_stager *st = t->st;
-	struct zc_src *z = j->zc;
+	struct placefs_zerocopy_src *z = j->zc;
 	struct placefs_error e;
-	struct stat sb;
 	int rc = 0;
 
 	/*
@@ -502,40 +308,27 @@ static void zc_run(struct io_thread *t, struct job *j)
 	slots_reap_ready(t, true);
 	placefs_error_clear(&e);
 	if (__atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) == 0) {
-		rc = st->be->ops->src_to_ring(st->be, t->chunks, t->nslots,
-		                              (const uint8_t *)z->base + j->file_off, j->ring_off,
-		                              j->nbytes, &e);
-		if (rc != 0) {
+		rc = placefs_zerocopy_copy(st->zc, z, j->fd, t->chunks, t->nslots, j->file_off,
+		                           j->ring_off, j->nbytes, &e);
+		if (rc != 0)
 			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
-		} else if (fstat(j->fd, &sb) != 0 || sb.st_dev != z->dev || sb.st_ino != z->ino ||
-		           (uint64_t)sb.st_size != z->size ||
-		           sb.st_mtim.tv_sec != z->mtime.tv_sec ||
-		           sb.st_mtim.tv_nsec != z->mtime.tv_nsec) {
-			rc = placefs_error_set(&e, -EIO, PLACEFS_E_IO,
-			                       "tensor \"%s\": the shard changed (size or mtime) "
-			                       "since it was registered for zero-copy staging; "
-			                       "its bytes are not used",
-			                       j->name);
-			pthread_mutex_lock(&st->lock);
-			if (z->state == ZC_READY) {
-				z->state = ZC_REFUSED;
-				CNT_ADD(st, zero_copy_stale, 1);
-			}
-			pthread_mutex_unlock(&st->lock);
-		} else {
-			CNT_ADD(st, zero_copy_bytes, j->nbytes);
-		}
 	}
 	j->zc = NULL;
-	zc_put(st, z);
+	placefs_zerocopy_put(st->zc, z);
 	piece_done(st, j, rc, &e);
 }
 
-/* Switches a job that has not been submitted to the zero-copy path, when it can be. */
+/*
+ * Switches a job that has not been submitted to the zero-copy path, when it
+ * can be. May register the shard (slow); st->lock must not be held.
+ */
 static void job_try_zc(struct placefs_stager *st, struct job *j)
 {
-	struct zc_src *z = zc_acquire(st, j->fd, j->file_off, j->nbytes);
+	struct placefs_zerocopy_src *z;
 
+	if (!st->zc)
+		return;
+	z = placefs_zerocopy_acquire(st->zc, j->fd, j->file_off, j->nbytes);
 	if (z) {
 		j->zc = z;
 		j->npieces = 1;
@@ -617,7 +410,7 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
  */
 static void io_spin(struct placefs_stager *st)
 {
-	uint64_t end = now_ns() + st->spin_ns;
+	uint64_t end = placefs_clock_ns() + st->spin_ns;
 	uint64_t seen = __atomic_load_n(&st->q_submits, __ATOMIC_RELAXED);
 
 	pthread_mutex_unlock(&st->lock);
@@ -626,7 +419,7 @@ static void io_spin(struct placefs_stager *st)
 		    __atomic_load_n(&st->stopping, __ATOMIC_RELAXED))
 			break;
 		sched_yield();
-	} while (now_ns() < end);
+	} while (placefs_clock_ns() < end);
 	pthread_mutex_lock(&st->lock);
 }
 
@@ -883,7 +676,7 @@ static int pf_issue(struct placefs_stager *st)
 	st->cursor++;
 	__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
 	CNT_ADD(st, prefetch_issued, 1);
-	if (st->zc_on) {
+	if (st->zc) {
 		/*
 		 * The entry is listed (in flight) already, so an adopter waits
 		 * for it and a yield marks it; registering a new shard is slow,
@@ -904,7 +697,7 @@ static void *pf_main(void *arg)
 	pthread_mutex_lock(&st->lock);
 	while (!st->pf_stop)
 		if (!pf_issue(st))
-			timed_wait(&st->pf_cond, &st->lock, PF_POLL_NS);
+			placefs_clock_cond_wait_ns(&st->pf_cond, &st->lock, PF_POLL_NS);
 	pthread_mutex_unlock(&st->lock);
 	return NULL;
 }
@@ -933,7 +726,7 @@ static int pf_adopt(struct placefs_stager *st, uint64_t key, int fd, uint64_t of
                     uint64_t *span_id, uint64_t *ring_off, uint64_t *read_ns)
 {
 	struct pf_entry *e = pf_find(st, key);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = placefs_clock_ns();
 	int rc;
 
 	/* Another caller may be adopting it right now: then stage afresh. */
@@ -950,7 +743,7 @@ static int pf_adopt(struct placefs_stager *st, uint64_t key, int fd, uint64_t of
 	rc = e->job.rc;
 	*span_id = e->span_id;
 	*ring_off = e->ring_off;
-	*read_ns = now_ns() - t0;
+	*read_ns = placefs_clock_ns() - t0;
 	pf_unlink(st, e);
 	free(e);
 	if (rc != 0) {
@@ -1011,28 +804,21 @@ int placefs_stager_prefetch(struct placefs_stager *st, const struct placefs_pref
 /* The mutex and condition variables (CLOCK_MONOTONIC for timed waits). */
 static int sync_init(struct placefs_stager *st)
 {
-	pthread_condattr_t ca;
-	int n = 0;
-
 	if (pthread_mutex_init(&st->lock, NULL) != 0)
 		return -ENOMEM;
-	if (pthread_condattr_init(&ca) != 0)
-		goto fail;
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (pthread_cond_init(&st->work_cond, &ca) == 0)
-		n++;
-	if (n == 1 && pthread_cond_init(&st->done_cond, &ca) == 0)
-		n++;
-	if (n == 2 && pthread_cond_init(&st->pf_cond, &ca) == 0)
-		n++;
-	pthread_condattr_destroy(&ca);
-	if (n == 3)
-		return 0;
-	if (n >= 2)
-		pthread_cond_destroy(&st->done_cond);
-	if (n >= 1)
-		pthread_cond_destroy(&st->work_cond);
-fail:
+	if (placefs_clock_cond_init(&st->work_cond) != 0)
+		goto fail_work;
+	if (placefs_clock_cond_init(&st->done_cond) != 0)
+		goto fail_done;
+	if (placefs_clock_cond_init(&st->pf_cond) != 0)
+		goto fail_pf;
+	return 0;
+
+fail_pf:
+	pthread_cond_destroy(&st->done_cond);
+fail_done:
+	pthread_cond_destroy(&st->work_cond);
+fail_work:
 	pthread_mutex_destroy(&st->lock);
 	return -ENOMEM;
 }
@@ -1078,14 +864,7 @@ static void stager_destroy(struct placefs_stager *st)
 		free(e);
 	}
 	/* No copy is in flight any more: drop the registrations before the backend. */
-	while (st->zc) {
-		struct zc_src *z = st->zc;
-
-		st->zc = z->next;
-		if (z->base)
-			st->be->ops->unmap_source(st->be, z->base, z->size);
-		free(z);
-	}
+	placefs_zerocopy_free(st->zc);
 	for (i = 0; i < LEASE_BUCKETS; i++) {
 		struct lease *l, *ln;
 
@@ -1162,16 +941,15 @@ static int io_spin_setting(uint64_t *ns, struct placefs_error *err)
 }
 
 /*
- * Decides whether zero-copy is on: the backend must have the ops, and the
- * config (or, by default, $PLACEFS_STAGE_ZERO_COPY) must not turn it off.
+ * Decides whether zero-copy is on (st->zc made): the backend must have it,
+ * and the config (or, by default, $PLACEFS_STAGE_ZERO_COPY) must not turn
+ * it off.
  */
 static int zero_copy_setup(struct placefs_stager *st, const struct placefs_stager_config *cfg,
                            struct placefs_error *err)
 {
-	const struct placefs_backend_ops *ops = st->be->ops;
 	const char *env = getenv("PLACEFS_STAGE_ZERO_COPY");
 	int want = cfg->zero_copy;
-	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 
 	if (want == 0 && env) {
 		if (strcmp(env, "0") == 0)
@@ -1183,7 +961,7 @@ static int zero_copy_setup(struct placefs_stager *st, const struct placefs_stage
 			                         "PLACEFS_STAGE_ZERO_COPY=\"%s\": expected 0 or 1",
 			                         env);
 	}
-	if (!ops->map_source || !ops->unmap_source || !ops->src_to_ring) {
+	if (!placefs_backend_has_zero_copy(st->be)) {
 		if (want > 0)
 			snprintf(st->zc_note, sizeof(st->zc_note),
 			         "%s: this backend cannot stage without bounce buffers (zero-copy)",
@@ -1196,9 +974,7 @@ static int zero_copy_setup(struct placefs_stager *st, const struct placefs_stage
 		         cfg->zero_copy < 0 ? "configuration" : "PLACEFS_STAGE_ZERO_COPY=0");
 		return 0;
 	}
-	st->zc_on = true;
-	st->zc_cap = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
-	return 0;
+	return placefs_zerocopy_create(st->be, 0, &st->zc, err);
 }
 
 int placefs_stager_create(const struct placefs_stager_config *cfg, struct placefs_stager **out,
@@ -1313,7 +1089,7 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	uint64_t key = opts ? opts->key : 0;
 	uint64_t owner = opts ? opts->owner : 0;
 	uint64_t cap = placefs_ring_capacity(st->ring);
-	uint64_t t0 = now_ns(), t1, span_id = 0, ring_off = 0, read_ns = 0;
+	uint64_t t0 = placefs_clock_ns(), t1, span_id = 0, ring_off = 0, read_ns = 0;
 	struct job job;
 	int rc;
 
@@ -1343,7 +1119,7 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 		out->nbytes = nbytes;
 		out->read_ns = read_ns;
 		out->prefetched = 1;
-		out->total_ns = now_ns() - t0;
+		out->total_ns = placefs_clock_ns() - t0;
 		return 0;
 	}
 	if (key)
@@ -1370,7 +1146,7 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	if (--st->fg_allocating == 0)
 		pthread_cond_signal(&st->pf_cond);
 	pthread_mutex_unlock(&st->lock);
-	t1 = now_ns();
+	t1 = placefs_clock_ns();
 	out->wait_ns = t1 - t0;
 	switch (rc) {
 	case 0: break;
@@ -1408,8 +1184,8 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	out->lease = span_id;
 	out->ring_offset = ring_off;
 	out->nbytes = nbytes;
-	out->read_ns = now_ns() - t1;
-	out->total_ns = now_ns() - t0;
+	out->read_ns = placefs_clock_ns() - t1;
+	out->total_ns = placefs_clock_ns() - t0;
 	return 0;
 }
 
@@ -1470,7 +1246,7 @@ int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_o
 {
 	const char *name = opts && opts->name ? opts->name : "(unnamed)";
 	struct placefs_stage_opts o = {0};
-	uint64_t t0 = now_ns(), t1;
+	uint64_t t0 = placefs_clock_ns(), t1;
 	int rc;
 
 	/* Refuse a destination that cannot take the tensor before any I/O. */
@@ -1491,12 +1267,12 @@ int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_o
 		CNT_ADD(st, errors, 1);
 		return rc;
 	}
-	t1 = now_ns();
+	t1 = placefs_clock_ns();
 	rc = copy_lease(st, out->lease, dest, err);
-	out->copy_ns = now_ns() - t1;
+	out->copy_ns = placefs_clock_ns() - t1;
 	placefs_stager_release(st, out->lease, 0);
 	out->lease = 0;
-	out->total_ns = now_ns() - t0;
+	out->total_ns = placefs_clock_ns() - t0;
 	if (rc != 0) {
 		placefs_error_prefix(err, "tensor \"%s\"", name);
 		CNT_ADD(st, errors, 1);
@@ -1577,20 +1353,26 @@ void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager
 	out->prefetch_hits = CNT_GET(st, prefetch_hits);
 	out->prefetch_evicted = CNT_GET(st, prefetch_evicted);
 	out->prefetch_held = CNT_GET(st, prefetch_held);
-	out->zero_copy = st->zc_on;
-	out->zero_copy_bytes = CNT_GET(st, zero_copy_bytes);
-	out->zero_copy_registrations = CNT_GET(st, zero_copy_registrations);
-	out->zero_copy_registration_ns = CNT_GET(st, zero_copy_registration_ns);
-	out->zero_copy_registered_bytes = CNT_GET(st, zero_copy_registered_bytes);
-	out->zero_copy_refused = CNT_GET(st, zero_copy_refused);
-	out->zero_copy_stale = CNT_GET(st, zero_copy_stale);
+	if (st->zc) {
+		struct placefs_zerocopy_stats zs;
+
+		placefs_zerocopy_stats(st->zc, &zs);
+		out->zero_copy = 1;
+		out->zero_copy_bytes = zs.bytes;
+		out->zero_copy_registrations = zs.registrations;
+		out->zero_copy_registration_ns = zs.registration_ns;
+		out->zero_copy_registered_bytes = zs.registered_bytes;
+		out->zero_copy_refused = zs.refused;
+		out->zero_copy_stale = zs.stale;
+	}
 }
 
 void placefs_stager_zero_copy_note(struct placefs_stager *st, char *buf, size_t len)
 {
 	if (len == 0)
 		return;
-	pthread_mutex_lock(&st->lock);
-	snprintf(buf, len, "%s", st->zc_note);
-	pthread_mutex_unlock(&st->lock);
+	if (st->zc)
+		placefs_zerocopy_note(st->zc, buf, len); /* the first refusal, if any */
+	else
+		snprintf(buf, len, "%s", st->zc_note); /* why it is off */
 }

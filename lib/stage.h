@@ -34,7 +34,8 @@
  * the backend's bounce chunks alone (<= host_buffer), plus, with zero-copy,
  * the page cache of the registered shards (below). Neither grows otherwise.
  *
- * Zero-copy (backends with map_source: cuda): the first stage of a tensor of
+ * Zero-copy (backends with placefs_backend_has_zero_copy(): cuda; the
+ * registry is lib/zerocopy.h): the first stage of a tensor of
  * a shard (identified by st_dev, st_ino) maps the whole shard read-only and
  * registers it with the device (cudaHostRegisterReadOnly, ~34 ms/GiB on
  * ext4, more on tmpfs); from then on the tensors of that shard go straight

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error.h"
 #include "strbuf.h"
 
 void placefs_strbuf_init(struct placefs_strbuf *sb)
@@ -129,6 +130,28 @@ int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s)
 	if (!rc)
 		rc = placefs_strbuf_add(sb, "\"", 1);
 	return truncate_on_error(sb, start, rc);
+}
+
+int placefs_strbuf_add_quoted(struct placefs_strbuf *sb, const char *s, size_t max)
+{
+	size_t n = strnlen(s, max), room;
+	int rc;
+
+	/*
+	 * Room for placefs_error_quote() never to cut: up to 4 bytes ("\xNN")
+	 * for each of the n bytes, "..." and its NUL; then the two quotes.
+	 */
+	if (__builtin_mul_overflow(n, 4, &room) || __builtin_add_overflow(room, 4 + 1, &room))
+		return -EOVERFLOW;
+	rc = placefs_strbuf_grow(sb, room + 2);
+	if (rc)
+		return rc;
+	sb->buf[sb->len++] = '"';
+	placefs_error_quote(s, max, sb->buf + sb->len, room);
+	sb->len += strlen(sb->buf + sb->len);
+	sb->buf[sb->len++] = '"';
+	sb->buf[sb->len] = '\0';
+	return 0;
 }
 
 int placefs_strbuf_add_json_u64_array(struct placefs_strbuf *sb, const uint64_t *v, size_t n)

@@ -31,6 +31,13 @@ int placefs_strbuf_addf(struct placefs_strbuf *sb, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
 /* Appends s as a JSON string literal, quotes included (RFC 8259 escaping). */
 int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s);
+/*
+ * Appends s in double quotes as a one-line message quotes a hostile string,
+ * escaped by placefs_error_quote(): '"' and '\\' get a backslash, control
+ * bytes become \xNN, and of a string longer than `max` bytes only the first
+ * `max` are written, then "..." (inside the quotes).
+ */
+int placefs_strbuf_add_quoted(struct placefs_strbuf *sb, const char *s, size_t max);
 /* Appends a JSON array of unsigned integers: [1, 2, 3] ("[]" when n == 0). */
 int placefs_strbuf_add_json_u64_array(struct placefs_strbuf *sb, const uint64_t *v, size_t n);
 /* Never NULL: "" for an empty buffer. */

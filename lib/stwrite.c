@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "safetensors.h"
 #include "strbuf.h"
 #include "stwrite.h"
@@ -352,34 +353,10 @@ static int build_header(const char *path, const struct placefs_stwrite_tensor *t
 	if (__builtin_add_overflow(off, (uint64_t)sb->len + 8, &off))
 		return placefs_error_set(err, -EOVERFLOW, PLACEFS_E_USAGE,
 		                         "%s: file size overflows 64 bits", path);
-	/* The whole file, 8 + N + data, must have a 64-bit size too. */
-	if (__builtin_add_overflow(off, (uint64_t)sb->len + 8, &off))
-		return placefs_error_set(err, -EOVERFLOW, PLACEFS_E_USAGE,
-		                         "%s: file size overflows 64 bits", path);
 	if (sb->len > PLACEFS_ST_HEADER_MAX)
 		return placefs_error_set(err, -EFBIG, PLACEFS_E_USAGE,
 		                         "%s: header of %zu bytes exceeds the %llu-byte limit",
 		                         path, sb->len, PLACEFS_ST_HEADER_MAX);
-	return 0;
-}
-
-static int write_all(int fd, const void *data, size_t len)
-{
-	const uint8_t *p = data;
-
-	while (len > 0) {
-		ssize_t w = write(fd, p, len);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (w == 0)
-			return -EIO;
-		p += w;
-		len -= (size_t)w;
-	}
 	return 0;
 }
 
@@ -405,7 +382,7 @@ static int write_payloads(int fd, const struct placefs_stwrite_tensor *t, size_t
 			used += take;
 			pos += take;
 			if (used == STWRITE_BUF) {
-				rc = write_all(fd, buf, used);
+				rc = placefs_io_write_full(fd, buf, used);
 				if (rc)
 					break;
 				used = 0;
@@ -413,7 +390,7 @@ static int write_payloads(int fd, const struct placefs_stwrite_tensor *t, size_t
 		}
 	}
 	if (rc == 0 && used)
-		rc = write_all(fd, buf, used);
+		rc = placefs_io_write_full(fd, buf, used);
 	free(buf);
 	return rc;
 }
@@ -457,9 +434,9 @@ int placefs_stwrite_file(const char *path, const struct placefs_stwrite_tensor *
 		                       strerror(errno));
 		goto out_free;
 	}
-	rc = write_all(fd, len8, sizeof(len8));
+	rc = placefs_io_write_full(fd, len8, sizeof(len8));
 	if (rc == 0)
-		rc = write_all(fd, hdr.buf, hdr.len);
+		rc = placefs_io_write_full(fd, hdr.buf, hdr.len);
 	if (rc == 0)
 		rc = write_payloads(fd, t, n, nbytes, seed);
 	if (rc) {

@@ -496,14 +496,20 @@ static const char *self_exe;
 static int ipc_child(int rfd, int wfd)
 {
 	struct placefs_backend_info info;
+	struct placefs_device dev;
 	struct placefs_backend *be = NULL;
 	struct placefs_error err;
 	uint8_t *buf;
 	char go;
 	uint64_t i;
 
+	/*
+	 * No Check call here (tu_device() included): this process runs no test,
+	 * and Check exits with status 2 when it cannot report to a runner.
+	 */
 	placefs_error_clear(&err);
-	if (placefs_backend_create(tu_device("cuda:0"), 1 << 20, 1 << 20, &be, &err) != 0) {
+	if (placefs_device_parse("cuda:0", &dev, &err) != 0 ||
+	    placefs_backend_create(dev, 1 << 20, 1 << 20, &be, &err) != 0) {
 		fprintf(stderr, "child: %s\n", err.msg);
 		return 2;
 	}
@@ -652,6 +658,98 @@ START_TEST(test_cuda)
 }
 END_TEST
 
+/* The checked zero-copy calls: arguments first, then what the backend can do. */
+START_TEST(test_host_zero_copy_checks)
+{
+	struct placefs_backend_info info;
+	struct placefs_backend *be = mk("host", 1 << 20, 64 << 10);
+	struct placefs_error err;
+	unsigned ok[2] = {0, 1}, bad[2] = {0, 99};
+	uint8_t src[16] = {0};
+	void *base = (void *)1;
+	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	placefs_backend_get_info(be, &info);
+	ck_assert_uint_eq(info.nchunks, 16);
+	ck_assert_int_eq(placefs_backend_has_zero_copy(be), 0);
+
+	ck_assert_int_eq(placefs_backend_map_source(be, fd, 4096, NULL, NULL), -EINVAL);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_map_source(be, -1, 4096, &base, &err), -EINVAL);
+	ck_assert_ptr_null(base);
+	ck_assert_ptr_nonnull(strstr(err.msg, "cannot map a 4096-byte shard"));
+	base = (void *)1;
+	ck_assert_int_eq(placefs_backend_map_source(be, fd, 0, &base, NULL), -EINVAL);
+	ck_assert_ptr_null(base);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_map_source(be, fd, 4096, &base, &err), -EOPNOTSUPP);
+	ck_assert_ptr_null(base);
+	ck_assert_msg(strstr(err.msg, "cannot stage without bounce buffers (zero-copy)") != NULL,
+	              "%s", err.msg);
+	/* Nothing mapped: unmapping does nothing (and NULL never does anything). */
+	placefs_backend_unmap_source(be, NULL, 4096);
+	placefs_backend_unmap_source(be, src, sizeof(src));
+
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, ok, 0, src, 0, 16, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "at least one bounce chunk"));
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, NULL, 1, src, 0, 16, NULL), -EINVAL);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, bad, 2, src, 0, 16, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "chunk 99 does not exist"));
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, ok, 2, NULL, 0, 16, NULL), -EINVAL);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, ok, 2, src, (1 << 20) - 15, 16, &err),
+	                 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "outside the 1048576-byte ring"));
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, ok, 1, src, UINT64_MAX, 2, NULL), -EINVAL);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, ok, 2, src, (1 << 20) - 16, 16, &err),
+	                 -EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(err.msg, "cannot stage without bounce buffers"));
+	ck_assert_int_eq(placefs_backend_src_to_ring(be, ok, 2, src, 0, 0, NULL), -EOPNOTSUPP);
+	close(fd);
+	placefs_backend_free(be);
+}
+END_TEST
+
+/* The shm-name rule, in its one home. */
+START_TEST(test_shm_name_check)
+{
+	static const char rule[] = "destination shm name must be \"/name\" (no other '/', at most "
+	                           "128 bytes with its NUL) and handle_bytes its length + 1";
+	struct placefs_error err;
+	uint8_t name[PLACEFS_IOC_HANDLE_MAX + 8];
+
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"/a", 3, NULL), 0);
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"/placefs-1-0", 13, NULL),
+	                 0);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"/", 2, &err), -EINVAL);
+	ck_assert_str_eq(err.msg, rule);
+	ck_assert_int_eq(err.kind, PLACEFS_E_USAGE);
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"ab", 3, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"/a/b", 5, NULL), -EINVAL);
+	/* handle_bytes must be the length + 1 exactly: no NUL inside, one at the end. */
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"/ab", 3, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"/a\0b", 5, NULL),
+	                 -EINVAL);
+	ck_assert_int_eq(placefs_backend_shm_name_check((const uint8_t *)"/a", 0, NULL), -EINVAL);
+	/* The longest name fills the handle with its NUL. */
+	memset(name, 'x', sizeof(name));
+	name[0] = '/';
+	name[PLACEFS_IOC_HANDLE_MAX - 1] = '\0';
+	ck_assert_int_eq(placefs_backend_shm_name_check(name, PLACEFS_IOC_HANDLE_MAX, NULL), 0);
+	name[PLACEFS_IOC_HANDLE_MAX - 1] = 'x';
+	name[PLACEFS_IOC_HANDLE_MAX] = '\0';
+	ck_assert_int_eq(placefs_backend_shm_name_check(name, PLACEFS_IOC_HANDLE_MAX + 1, NULL),
+	                 -EINVAL);
+	ck_assert_int_eq(placefs_backend_shm_name_check(name, PLACEFS_IOC_HANDLE_MAX, NULL),
+	                 -EINVAL);
+}
+END_TEST
+
 static Suite *backend_suite(void)
 {
 	Suite *s = suite_create("backend");
@@ -665,6 +763,8 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, test_host_dest_cache_many);
 	tcase_add_test(tc, test_host_dest_sweep);
 	tcase_add_test(tc, test_shm_remove_stale);
+	tcase_add_test(tc, test_host_zero_copy_checks);
+	tcase_add_test(tc, test_shm_name_check);
 	suite_add_tcase(s, tc);
 	/* Its own case, so CK_RUN_CASE=core runs the host backend alone (valgrind). */
 	tc = tcase_create("cuda");
@@ -676,9 +776,6 @@ static Suite *backend_suite(void)
 
 int main(int argc, char **argv)
 {
-	SRunner *sr;
-	int failed;
-
 #ifdef HAVE_CUDA
 	self_exe = "/proc/self/exe";
 	if (argc == 4 && strcmp(argv[1], "--ipc-child") == 0)
@@ -687,9 +784,5 @@ int main(int argc, char **argv)
 	(void)argc;
 	(void)argv;
 #endif
-	sr = srunner_create(backend_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(backend_suite());
 }

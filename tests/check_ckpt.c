@@ -743,11 +743,5 @@ static Suite *ckpt_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(ckpt_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(ckpt_suite());
 }

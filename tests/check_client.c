@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "devmem.h"
 #include "placefs/client.h"
 #include "testutil.h"
 
@@ -276,11 +277,11 @@ START_TEST(test_cuda_calls)
 	ri.device = 0;
 	if (n <= 0) {
 		placefs_error_clear(&err);
-		ck_assert_int_lt(placefs_cuda_alloc(0, 4096, &p, ipc, &err), 0);
+		ck_assert_int_lt(placefs_devmem_alloc(0, 4096, &p, ipc, &err), 0);
 		ck_assert_ptr_null(p);
 		ck_assert_uint_gt(strlen(err.msg), 0);
 		placefs_error_clear(&err);
-		ck_assert_int_lt(placefs_cuda_ipc_map(0, ipc, &p, &err), 0);
+		ck_assert_int_lt(placefs_devmem_ipc_map(0, ipc, &p, &err), 0);
 		ck_assert_int_lt(placefs_client_dest_create(&ri, 4096, &d, &e), 0);
 		ck_assert_ptr_null(d);
 		ck_assert_uint_gt(strlen(e.msg), 0);
@@ -288,8 +289,8 @@ START_TEST(test_cuda_calls)
 		ck_assert_int_eq(e.code, -EOPNOTSUPP);
 		ck_assert_ptr_nonnull(strstr(e.msg, "built without CUDA"));
 #endif
-		placefs_cuda_free(0, NULL);
-		placefs_cuda_ipc_unmap(0, NULL);
+		placefs_devmem_free(0, NULL);
+		placefs_devmem_ipc_unmap(0, NULL);
 		return;
 	}
 	/* A GPU: a destination of device memory, exported, read back. */
@@ -324,11 +325,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(suite());
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "testutil.h"
 
 START_TEST(test_parse)
 {
@@ -103,11 +104,5 @@ static Suite *device_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(device_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(device_suite());
 }

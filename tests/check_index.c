@@ -521,62 +521,40 @@ END_TEST
 
 /* ---- corpus replay ------------------------------------------------------- */
 
+/*
+ * One corpus file through placefs_index_load(). An accepted index maps at
+ * least one tensor; a refused one returns no index and an index error.
+ */
+static int corpus_parse(const char *path, const char *name, struct placefs_error *err, void *ctx)
+{
+	struct placefs_index *idx = NULL;
+	int rc;
+
+	(void)ctx;
+	placefs_error_clear(err);
+	rc = placefs_index_load(path, name, &idx, err);
+	if (rc == 0) {
+		ck_assert_uint_ge(placefs_index_count(idx), 1);
+		placefs_index_free(idx);
+	} else {
+		ck_assert_ptr_null(idx);
+		ck_assert_msg(err->kind == PLACEFS_E_INDEX, "%s: refused with kind %d: %s", name,
+		              (int)err->kind, err->msg);
+	}
+	return rc;
+}
+
 START_TEST(test_corpus_bad)
 {
-	const char *dir = TEST_SRCDIR "/corpus/bad-index";
-	char **names;
-	size_t n = tu_list_dir(dir, ".json", &names);
-	struct tu_expect ex;
-
-	ck_assert_uint_ge(n, 10);
-	tu_expect_load(&ex, dir);
-	ck_assert_uint_eq(ex.n, n);
-	for (size_t i = 0; i < n; i++) {
-		const char *frag = tu_expect_for(&ex, names[i]);
-		char *path = tu_path(dir, names[i]);
-		struct placefs_index *idx = NULL;
-		struct placefs_error err;
-		int rc;
-
-		placefs_error_clear(&err);
-		rc = placefs_index_load(path, names[i], &idx, &err);
-		ck_assert_msg(rc < 0, "%s was accepted", names[i]);
-		ck_assert_ptr_null(idx);
-		ck_assert_int_eq(err.kind, PLACEFS_E_INDEX);
-		ck_assert_msg(strncmp(err.msg, names[i], strlen(names[i])) == 0 &&
-		                      err.msg[strlen(names[i])] == ':',
-		              "%s: message does not name the file: %s", names[i], err.msg);
-		ck_assert_msg(strstr(err.msg, frag), "%s: refused for another reason: %s", names[i],
-		              err.msg);
-		free(path);
-		free(names[i]);
-	}
-	free(names);
-	free(ex.buf);
+	tu_corpus_replay(TEST_SRCDIR "/corpus/bad-index", ".json", 10, TU_CORPUS_BAD, corpus_parse,
+	                 NULL);
 }
 END_TEST
 
 START_TEST(test_corpus_good)
 {
-	const char *dir = TEST_SRCDIR "/corpus/good-index";
-	char **names;
-	size_t n = tu_list_dir(dir, ".json", &names);
-
-	ck_assert_uint_ge(n, 2);
-	for (size_t i = 0; i < n; i++) {
-		char *path = tu_path(dir, names[i]);
-		struct placefs_index *idx = NULL;
-		struct placefs_error err;
-
-		placefs_error_clear(&err);
-		ck_assert_msg(placefs_index_load(path, names[i], &idx, &err) == 0,
-		              "%s was refused: %s", names[i], err.msg);
-		ck_assert_uint_ge(placefs_index_count(idx), 1);
-		placefs_index_free(idx);
-		free(path);
-		free(names[i]);
-	}
-	free(names);
+	tu_corpus_replay(TEST_SRCDIR "/corpus/good-index", ".json", 2, TU_CORPUS_GOOD, corpus_parse,
+	                 NULL);
 }
 END_TEST
 
@@ -647,11 +625,5 @@ static Suite *index_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(index_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(index_suite());
 }

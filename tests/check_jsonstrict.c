@@ -10,6 +10,7 @@
 
 #include "jsonstrict_i.h"
 #include "strbuf.h"
+#include "testutil.h"
 
 /*
  * Every input is copied into an exact-size heap buffer with no NUL after it,
@@ -693,11 +694,5 @@ static Suite *jsonstrict_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(jsonstrict_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(jsonstrict_suite());
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "name.h"
+#include "testutil.h"
 
 static void enc_is(const char *name, const char *want)
 {
@@ -311,11 +312,5 @@ static Suite *name_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(name_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(name_suite());
 }

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
+#include "name.h"
 #include "plan.h"
+#include "testutil.h"
 
 #define MiB (1ULL << 20)
 
@@ -573,11 +575,13 @@ START_TEST(test_json_exact)
 	ck_assert_str_eq(
 	        placefs_strbuf_cstr(&sb),
 	        "{\"source\": \"/ck/pt \\\"x\\\"\", \"buffer_size\": 50, \"ring_bytes\": 50, "
-	        "\"tensors\": [{\"name\": \"w.0\", \"file\": \"model-00001-of-00002.safetensors\", "
-	        "\"dtype\": \"F32\", \"shape\": [2, 3], \"nbytes\": 24, \"offset\": 80, "
-	        "\"placement\": \"gpu\"}, {\"name\": \"s\\\"q\\\\\", \"file\": "
+	        "\"tensors\": [{\"name\": \"w.0\", \"filename\": \"w.0\", \"file\": "
+	        "\"model-00001-of-00002.safetensors\", \"dtype\": \"F32\", \"shape\": [2, 3], "
+	        "\"nbytes\": 24, \"offset\": 80, \"placement\": \"gpu\"}, {\"name\": "
+	        "\"s\\\"q\\\\\", \"filename\": \"s\\\"q\\\\\", \"file\": "
 	        "\"model-00002-of-00002.safetensors\", \"dtype\": \"BF16\", \"shape\": [], "
 	        "\"nbytes\": 2, \"offset\": 72, \"placement\": \"gpu\"}, {\"name\": \"big/x\", "
+	        "\"filename\": \"big%2Fx\", "
 	        "\"file\": \"model-00002-of-00002.safetensors\", \"dtype\": \"U8\", \"shape\": "
 	        "[100], \"nbytes\": 100, \"offset\": 74, \"placement\": \"cpu\"}], \"totals\": "
 	        "{\"gpu\": {\"count\": 2, \"bytes\": 26}, \"cpu\": {\"count\": 1, \"bytes\": "
@@ -592,12 +596,180 @@ START_TEST(test_json_exact)
 	ck_assert_str_eq(
 	        placefs_strbuf_cstr(&sb),
 	        "X{\"source\": \"m\", \"buffer_size\": null, \"ring_bytes\": 4096, "
-	        "\"tensors\": [{\"name\": \"w.0\", \"file\": "
+	        "\"tensors\": [{\"name\": \"w.0\", \"filename\": \"w.0\", \"file\": "
 	        "\"model-00001-of-00002.safetensors\", \"dtype\": \"F32\", \"shape\": [2, "
 	        "3], \"nbytes\": 24, \"offset\": 80, \"placement\": \"gpu\"}], \"totals\": "
 	        "{\"gpu\": {\"count\": 1, \"bytes\": 24}, \"cpu\": {\"count\": 0, "
 	        "\"bytes\": 0}}}\n");
 	placefs_plan_free(p);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/*
+ * Each tensor's "filename" is its file's name in the mount, encoded as
+ * lib/name.h says, so that a client never encodes a name itself.
+ */
+START_TEST(test_json_filename)
+{
+	struct placefs_tensor t[] = {
+	        {.name = "plain.w", .nbytes = 1}, {.name = "a/b/c", .nbytes = 2},
+	        {.name = "50%", .nbytes = 3},     {.name = ".hidden", .nbytes = 4},
+	        {.name = "..x/.y%", .nbytes = 5}, {.name = "q\"/", .nbytes = 6},
+	};
+	static const char *const want[] = {
+	        "plain.w", "a%2Fb%2Fc", "50%25", "%2Ehidden", "%2E.x%2F.y%25", "q\"%2F",
+	};
+	/* The same names as JSON string literals. */
+	static const char *const want_json[] = {
+	        "\"plain.w\"",   "\"a%2Fb%2Fc\"",     "\"50%25\"",
+	        "\"%2Ehidden\"", "\"%2E.x%2F.y%25\"", "\"q\\\"%2F\"",
+	};
+	struct placefs_strbuf sb;
+	struct placefs_plan *p;
+	const char *at;
+
+	as_u8(t, 6);
+	p = plan_ok(t, 6, NULL, 0, 1, 3);
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_plan_format_json(p, "src", &sb), 0);
+	at = placefs_strbuf_cstr(&sb);
+	for (size_t i = 0; i < 6; i++) {
+		char enc[PLACEFS_NAME_MAX + 1], key[600];
+		struct placefs_error err;
+
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_name_encode(t[i].name, enc, &err), 0);
+		ck_assert_str_eq(enc, want[i]);
+		ck_assert_str_eq(placefs_plan_entry(p, i)->fname, want[i]);
+		ck_assert_int_eq(placefs_plan_find(p, want[i]), (long)i);
+		/* In checkpoint order, right after the tensor's own name. */
+		snprintf(key, sizeof(key), "\"filename\": %s, \"file\": \"model.safetensors\"",
+		         want_json[i]);
+		at = strstr(at, key);
+		ck_assert_msg(at != NULL, "no %s in order in %s", key, placefs_strbuf_cstr(&sb));
+	}
+	placefs_plan_free(p);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/* Resolves the staging limit and expects success. */
+static void limit_ok(const char *text, const char *origin, int want_has, uint64_t want,
+                     const char *want_origin)
+{
+	struct placefs_error err;
+	const char *from = "untouched";
+	uint64_t limit = 77;
+	int has = 77;
+
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_plan_limit_parse(text, origin, &has, &limit, &from, &err) == 0,
+	              "limit_parse(%s): %s", text ? text : "NULL", err.msg);
+	ck_assert_int_eq(has, want_has);
+	ck_assert_uint_eq(limit, want);
+	if (want_origin)
+		ck_assert_str_eq(from, want_origin);
+	else
+		ck_assert_ptr_null(from);
+}
+
+/* Resolves the staging limit and expects a refusal; returns the message. */
+static const char *limit_bad(const char *text, const char *origin, int want_rc)
+{
+	static struct placefs_error err;
+	const char *from = "untouched";
+	uint64_t limit = 77;
+	int has = 77;
+
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_plan_limit_parse(text, origin, &has, &limit, &from, &err),
+	                 want_rc);
+	ck_assert_int_eq(err.code, want_rc);
+	ck_assert_int_eq(err.kind, PLACEFS_E_LIMIT);
+	/* Nothing is written on failure. */
+	ck_assert_int_eq(has, 77);
+	ck_assert_uint_eq(limit, 77);
+	ck_assert_str_eq(from, "untouched");
+	return err.msg;
+}
+
+/* The option wins over $INSTANTTENSOR_BUFFER_SIZE; each is named in its own messages. */
+START_TEST(test_limit_parse)
+{
+	const char *msg;
+
+	ck_assert_str_eq(PLACEFS_PLAN_ENV_LIMIT, "INSTANTTENSOR_BUFFER_SIZE");
+	ck_assert_int_eq(unsetenv(PLACEFS_PLAN_ENV_LIMIT), 0);
+	limit_ok(NULL, "--buffer-size", 0, 0, NULL);
+	limit_ok("8M", "--buffer-size", 1, 8 * MiB, "--buffer-size");
+	msg = limit_bad("8.5M", "-o buffer_size", -EINVAL);
+	ck_assert_msg(strstr(msg, "-o buffer_size") && strstr(msg, "8.5M"), "%s", msg);
+
+	ck_assert_int_eq(setenv(PLACEFS_PLAN_ENV_LIMIT, "16KiB", 1), 0);
+	limit_ok(NULL, "--buffer-size", 1, 16384, PLACEFS_PLAN_ENV_LIMIT);
+	limit_ok("1", "-o buffer_size", 1, 1, "-o buffer_size");
+	{
+		/* The origin is optional. */
+		uint64_t limit = 0;
+		int has = 0;
+
+		ck_assert_int_eq(placefs_plan_limit_parse(NULL, "x", &has, &limit, NULL, NULL), 0);
+		ck_assert_int_eq(has, 1);
+		ck_assert_uint_eq(limit, 16384);
+	}
+	/* A bad variable is not even read when the option is given. */
+	ck_assert_int_eq(setenv(PLACEFS_PLAN_ENV_LIMIT, "garbage", 1), 0);
+	limit_ok("4K", "--buffer-size", 1, 4096, "--buffer-size");
+	msg = limit_bad(NULL, "--buffer-size", -EINVAL);
+	ck_assert_msg(strstr(msg, PLACEFS_PLAN_ENV_LIMIT) && strstr(msg, "garbage") &&
+	                      !strstr(msg, "--buffer-size"),
+	              "%s", msg);
+	/* Set but empty is an error, not "no limit". */
+	ck_assert_int_eq(setenv(PLACEFS_PLAN_ENV_LIMIT, "", 1), 0);
+	limit_bad(NULL, "--buffer-size", -EINVAL);
+	ck_assert_int_eq(setenv(PLACEFS_PLAN_ENV_LIMIT, "99999999999999999999", 1), 0);
+	limit_bad(NULL, "--buffer-size", -ERANGE);
+	ck_assert_int_eq(unsetenv(PLACEFS_PLAN_ENV_LIMIT), 0);
+}
+END_TEST
+
+/*
+ * Names in messages are quoted (placefs_strbuf_add_quoted): quotes and
+ * backslashes escaped, control bytes as \xNN, at most 120 bytes and "...".
+ */
+START_TEST(test_quoted_names)
+{
+	char longname[131], want[300];
+	struct placefs_tensor t[] = {
+	        {.name = "c\x01\x7f\\", .file = "1", .nbytes = 1},
+	        {.name = "c\x01\x7f\\", .file = "2", .nbytes = 1},
+	        {.name = longname, .file = "1", .nbytes = 1},
+	        {.name = longname, .file = "2", .nbytes = 1},
+	};
+	static const char *const pfx[] = {"p\\\t"};
+	struct placefs_strbuf sb;
+
+	memset(longname, 'n', 130);
+	longname[130] = '\0';
+	as_u8(t, 4);
+	snprintf(want, sizeof(want),
+	         "duplicate tensor names among GPU-placed tensors: \"c\\x01\\x7f\\\\\" (1 and 2), "
+	         "\"%.120s...\" (1 and 2)",
+	         longname);
+	ck_assert_str_eq(plan_bad(t, 4, NULL, 0, 0, 0, PLACEFS_E_DUP_GPU), want);
+	ck_assert_str_eq(plan_bad(t, 1, pfx, 1, 0, 0, PLACEFS_E_EMPTY),
+	                 "the selection matched no tensors (prefixes: \"p\\\\\\x09\")");
+
+	/* Appended after what is there; exactly max bytes is not cut. */
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "x="), 0);
+	ck_assert_int_eq(placefs_strbuf_add_quoted(&sb, "abc", 3), 0);
+	ck_assert_int_eq(placefs_strbuf_add_quoted(&sb, "abcd", 3), 0);
+	ck_assert_int_eq(placefs_strbuf_add_quoted(&sb, "", 3), 0);
+	ck_assert_int_eq(placefs_strbuf_add_quoted(&sb, "\n\"", 0), 0);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb), "x=\"abc\"\"abc...\"\"\"\"...\"");
+	ck_assert_uint_eq(sb.len, strlen(sb.buf));
 	placefs_strbuf_release(&sb);
 }
 END_TEST
@@ -970,14 +1142,6 @@ END_TEST
 
 #define BIG_N 100000
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* 100,000 tensors: placement, duplicate checks and lookups stay O(n log n). */
 START_TEST(test_large)
 {
@@ -1002,7 +1166,7 @@ START_TEST(test_large)
 			cpu++;
 	}
 	as_u8(t, BIG_N);
-	t0 = now();
+	t0 = placefs_clock_s();
 	p = plan_ok(t, BIG_N, NULL, 0, 1, 10000);
 	placefs_plan_totals(p, &tt);
 	ck_assert_uint_eq(tt.count[PLACEFS_PLACE_GPU], gpu);
@@ -1016,7 +1180,7 @@ START_TEST(test_large)
 	plan_bad(t, BIG_N, NULL, 0, 1, 10000,
 	         t[0].nbytes <= 10000 ? PLACEFS_E_DUP_GPU : PLACEFS_E_DUP_CPU);
 	/* Generous even under valgrind; a quadratic check would take minutes. */
-	ck_assert_msg(now() - t0 < 30.0, "took %.1f s", now() - t0);
+	ck_assert_msg(placefs_clock_s() - t0 < 30.0, "took %.1f s", placefs_clock_s() - t0);
 	free(names);
 	free(t);
 }
@@ -1045,6 +1209,9 @@ static Suite *plan_suite(void)
 	tcase_add_test(tc, test_ring_sizing);
 	tcase_add_test(tc, test_size_overflows);
 	tcase_add_test(tc, test_json_exact);
+	tcase_add_test(tc, test_json_filename);
+	tcase_add_test(tc, test_limit_parse);
+	tcase_add_test(tc, test_quoted_names);
 	tcase_add_test(tc, test_text);
 	tcase_add_test(tc, test_set_ring_bytes);
 	tcase_add_test(tc, test_sweep_default);
@@ -1058,11 +1225,5 @@ static Suite *plan_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(plan_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(plan_suite());
 }

@@ -11,7 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ring.h"
+#include "testutil.h"
 
 static struct placefs_ring *mk(uint64_t cap, uint64_t align)
 {
@@ -24,28 +26,14 @@ static struct placefs_ring *mk(uint64_t cap, uint64_t align)
 	return r;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static struct timespec in_ms(unsigned ms)
 {
-	uint64_t t = mono_ns() + (uint64_t)ms * 1000000ULL;
-	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ULL),
-	                      .tv_nsec = (long)(t % 1000000000ULL)};
-	return ts;
+	return placefs_clock_deadline((uint64_t)ms * 1000000ULL);
 }
 
 static struct timespec in_us(unsigned us)
 {
-	uint64_t t = mono_ns() + (uint64_t)us * 1000ULL;
-	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ULL),
-	                      .tv_nsec = (long)(t % 1000000000ULL)};
-	return ts;
+	return placefs_clock_deadline((uint64_t)us * 1000ULL);
 }
 
 static const struct timespec PAST = {0, 0};
@@ -461,9 +449,9 @@ START_TEST(test_deadline_timeout)
 
 	take(r, 100, 0);
 	dl = in_ms(80);
-	t0 = mono_ns();
+	t0 = placefs_clock_ns();
 	ck_assert_int_eq(placefs_ring_alloc(r, 1, &dl, NULL, &off, &id), -ETIMEDOUT);
-	el = mono_ns() - t0;
+	el = placefs_clock_ns() - t0;
 	ck_assert_msg(el >= 70000000ULL, "returned after %llu ns", (unsigned long long)el);
 	ck_assert_msg(el < 2000000000ULL, "returned after %llu ns", (unsigned long long)el);
 	placefs_ring_stats(r, &st);
@@ -509,9 +497,9 @@ START_TEST(test_cancel)
 	/* Cancelled with a wake-up. */
 	flag = 0;
 	ck_assert_int_eq(pthread_create(&th, NULL, cancel_later, &c), 0);
-	t0 = mono_ns();
+	t0 = placefs_clock_ns();
 	ck_assert_int_eq(placefs_ring_alloc(r, 1, NULL, &flag, &off, &id), -EINTR);
-	el = mono_ns() - t0;
+	el = placefs_clock_ns() - t0;
 	pthread_join(th, NULL);
 	ck_assert_msg(el >= 40000000ULL && el < 2000000000ULL, "after %llu ns",
 	              (unsigned long long)el);
@@ -1455,11 +1443,5 @@ static Suite *ring_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(ring_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(ring_suite());
 }

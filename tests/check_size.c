@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "size.h"
+#include "testutil.h"
 
 #define ENV     "INSTANTTENSOR_BUFFER_SIZE"
 #define GRAMMAR "(digits with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix)"
@@ -273,11 +274,5 @@ static Suite *size_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(size_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(size_suite());
 }

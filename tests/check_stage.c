@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "stage.h"
 #include "testutil.h"
 
@@ -495,12 +496,7 @@ START_TEST(test_deadline_and_cancel)
 	fx_open(&fx, 2 * MiB);
 	st = mk("host", MiB, 0, 2, 0);
 	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, MiB, NULL, &held, NULL), 0);
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_nsec += 50000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
+	dl = placefs_clock_deadline(50000000);
 	{
 		struct placefs_stage_opts o = {.name = "w", .deadline = &dl};
 
@@ -512,17 +508,16 @@ START_TEST(test_deadline_and_cancel)
 	{
 		struct placefs_stage_opts o = {.name = "w", .cancel = &flag};
 		struct later l = {.st = st, .flag = &flag};
-		struct timespec t0, t1;
+		uint64_t t0, t1;
 
 		ck_assert_int_eq(pthread_create(&th, NULL, set_later, &l), 0);
 		placefs_error_clear(&err);
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = placefs_clock_ns();
 		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 1, &o, &sp, &err), -EINTR);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
+		t1 = placefs_clock_ns();
 		pthread_join(th, NULL);
 		/* Woken, not polled: well under the 50 ms poll period after the flag. */
-		ck_assert_int_lt((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec,
-		                 2000000000L);
+		ck_assert_int_lt((int64_t)(t1 - t0), 2000000000L);
 		ck_assert_ptr_nonnull(strstr(err.msg, "interrupted"));
 	}
 	ck_assert_int_eq(placefs_stager_release(st, held.lease, 0), 0);
@@ -690,8 +685,7 @@ START_TEST(test_prefetch_yields)
 		        .fd = fx.fd, .offset = i * 256 * KiB, .nbytes = 256 * KiB, .key = 100 + i};
 	ck_assert_int_eq(placefs_stager_prefetch(st, items, 4, NULL), 0);
 	wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_held), 4);
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += 5;
+	dl = placefs_clock_deadline(5 * PLACEFS_NS_PER_S);
 	{
 		struct placefs_stage_opts o = {.name = "big", .deadline = &dl};
 
@@ -765,18 +759,6 @@ START_TEST(test_prefetch_yields_to_try)
 }
 END_TEST
 
-static struct timespec deadline_in_ms(unsigned ms)
-{
-	struct timespec ts;
-	uint64_t t;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec + ms * 1000000ULL;
-	ts.tv_sec = (time_t)(t / 1000000000ULL);
-	ts.tv_nsec = (long)(t % 1000000000ULL);
-	return ts;
-}
-
 /*
  * The Python loader's `wrapfull` case: an 8 MiB ring full of two 4 MiB leases
  * (w.0, w.1); a stage of w.2 times out, which moves the prefetch cursor past
@@ -821,7 +803,7 @@ START_TEST(test_prefetch_newest_given_back)
 
 		/* The ring is full: w.2 times out (and prefetch moves past it). */
 		o.key = 3;
-		dl = deadline_in_ms(100);
+		dl = placefs_clock_deadline(100ULL * 1000000);
 		o.deadline = &dl;
 		placefs_error_clear(&err);
 		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, &o, &w2, &err),
@@ -841,7 +823,7 @@ START_TEST(test_prefetch_newest_given_back)
 		ck_assert_uint_eq(ss.leases, 1);
 
 		/* w.1 is still held; w.2 must get the space w.3 took, well within 5 s. */
-		dl = deadline_in_ms(5000);
+		dl = placefs_clock_deadline(5000ULL * 1000000);
 		placefs_error_clear(&err);
 		ck_assert_msg(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, &o, &w2, &err) == 0,
 		              "pass %u: w.2 after releasing w.0: %s", pass, err.msg);
@@ -1496,11 +1478,5 @@ static Suite *stage_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(stage_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(stage_suite());
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "strbuf.h"
+#include "testutil.h"
 
 START_TEST(test_init_empty)
 {
@@ -287,11 +288,5 @@ static Suite *strbuf_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(strbuf_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(strbuf_suite());
 }

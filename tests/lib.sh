@@ -9,6 +9,12 @@
 # goes to the whole process group, so a reader stuck on the mount dies too.
 # An EXIT trap lazily unmounts every mount made through mount_fs, stops the
 # daemons still running and removes the temporary directory.
+#
+# Tests wait for states, not for time: wait_for SECS CMD polls a condition
+# (wait_mounted, wait_ready, wait_unmounted, wait_daemon, wait_stat and
+# wait_line are built on it), and a mount is ready when it serves its
+# .placefs/stats (mount_serves), never when the daemon's log says so. A sleep
+# is left only where the time itself is the scenario, with a comment saying so.
 
 : "${top_builddir:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${top_srcdir:=$top_builddir}"
@@ -114,32 +120,68 @@ mount_line() {
 	awk -v m="$e" '$5 == m' /proc/self/mountinfo
 }
 
-# Waits until $1 is mounted (or daemon $2 died). Returns 1 on timeout or death.
-wait_mounted() {
-	local mp=$1 pid=${2:-} i
-	for i in $(seq 1 200); do
-		is_mounted "$mp" && return 0
-		if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
-			return 1
-		fi
+# wait_for SECS CMD [ARG...]: runs CMD until it succeeds (returns 0), polling
+# every 50 ms, at most SECS*20 times (returns 1: the caller fails, saying what
+# it waited for). For states, not time: a daemon that exits, a counter that
+# reaches a value, a line or a file that appears. CMD must not block; wrap a
+# read of the mount in tmo.
+wait_for() {
+	local n=$(($1 * 20))
+	shift
+	while ! "$@"; do
+		n=$((n - 1))
+		[ "$n" -gt 0 ] || return 1
 		sleep 0.05
 	done
-	return 1
+	return 0
 }
 
-# Waits until nothing is mounted on $1.
+# True if process $1 is gone (false for an empty $1: no process to watch).
+gone() {
+	[ -n "$1" ] && ! kill -0 "$1" 2>/dev/null
+}
+
+not_mounted() {
+	! is_mounted "$1"
+}
+
+# mount_serves MOUNTPOINT: true when a placefs mount sits on MOUNTPOINT and
+# answers through it (its .placefs/stats reads). The daemon writes its
+# start-up lines to its log before it serves the first request, so from then
+# on the log holds them all.
+mount_serves() {
+	is_mounted "$1" && tmo 5 cat "$1/.placefs/stats" >/dev/null 2>&1
+}
+
+# wait_mounted MOUNTPOINT [PID]: waits (10 s) until a placefs mount sits on
+# MOUNTPOINT. Returns 1 on timeout or when daemon PID died first.
+wait_mounted() {
+	wait_for 10 _mounted_or_gone "$1" "${2:-}" && is_mounted "$1"
+}
+_mounted_or_gone() {
+	is_mounted "$1" || gone "$2"
+}
+
+# wait_ready MOUNTPOINT [PID]: waits (10 s each) until MOUNTPOINT is mounted,
+# then until it serves (mount_serves). Returns 1 on timeout or when daemon PID
+# died first.
+wait_ready() {
+	wait_mounted "$1" "${2:-}" || return 1
+	wait_for 10 _serves_or_gone "$1" "${2:-}" && mount_serves "$1"
+}
+_serves_or_gone() {
+	mount_serves "$1" || gone "$2"
+}
+
+# Waits (10 s) until nothing is mounted on $1.
 wait_unmounted() {
-	local i
-	for i in $(seq 1 200); do
-		is_mounted "$1" || return 0
-		sleep 0.05
-	done
-	return 1
+	wait_for 10 not_mounted "$1"
 }
 
 # mount_fs SOURCE MOUNTPOINT [placefs options...]
 # Starts placefs in the foreground (-f) in the background, records its pid in
-# MOUNT_PID and its stderr in MOUNT_LOG, and waits until the mount is live.
+# MOUNT_PID and its stderr in MOUNT_LOG, and waits until the mount serves
+# (wait_ready), so that tests can read the mount and grep the log at once.
 mount_fs() {
 	local src=$1 mp=$2
 	shift 2
@@ -150,15 +192,8 @@ mount_fs() {
 	DAEMONS="$DAEMONS $MOUNT_PID"
 	MOUNTS="$MOUNTS $mp"
 	wait_mounted "$mp" "$MOUNT_PID" || fail "placefs did not mount $src on $mp"
-	# The daemon logs its start-up lines just after the mount appears; its
-	# last one is "staging: ...". Wait for it (a slow ASan build is seconds
-	# behind), so that tests can grep the log at once.
-	local i
-	for i in $(seq 1 100); do
-		grep -q '^placefs: staging: ' "$MOUNT_LOG" && break
-		kill -0 "$MOUNT_PID" 2>/dev/null || break
-		sleep 0.05
-	done
+	wait_ready "$mp" "$MOUNT_PID" ||
+		fail "placefs mounted $src on $mp, but $mp/.placefs/stats cannot be read through it (within 10 s)"
 }
 
 # umount_fs MOUNTPOINT: fusermount3 -u, then waits for the daemon started by
@@ -174,18 +209,53 @@ umount_fs() {
 
 # wait_daemon PID: waits (at most 10 s) for a background daemon; returns its status.
 wait_daemon() {
-	local pid=$1 i st=0
-	for i in $(seq 1 200); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	if kill -0 "$pid" 2>/dev/null; then
+	local pid=$1 st=0
+	if ! wait_for 10 gone "$pid"; then
 		echo "daemon $pid did not exit" >&2
 		return 124
 	fi
 	wait "$pid" || st=$?
 	DAEMONS=$(echo "$DAEMONS" | sed "s/\\b$pid\\b//")
 	return $st
+}
+
+# stat_get MOUNTPOINT KEY.PATH: prints one value of the mount's .placefs/stats
+# ("staging.ring_bytes") as Python prints it; returns 1, saying why on
+# stderr, when the file cannot be read or lacks the key.
+stat_get() {
+	tmo 10 "$PYTHON" - "$1/.placefs/stats" "$2" <<'EOF'
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))
+    for k in sys.argv[2].split("."):
+        v = v[k]
+except (OSError, ValueError, KeyError, TypeError) as e:
+    sys.exit("stat_get: %s in %s: %r" % (sys.argv[2], sys.argv[1], e))
+print(v)
+EOF
+}
+
+# stat_is MOUNTPOINT KEY.PATH VALUE: true when the stats say KEY is VALUE.
+stat_is() {
+	[ "$(stat_get "$1" "$2")" = "$3" ]
+}
+
+# wait_stat MOUNTPOINT KEY.PATH VALUE [SECS]: waits (5 s by default) until the
+# stats say KEY is VALUE; fails the test otherwise, with the value last seen.
+wait_stat() {
+	wait_for "${4:-5}" stat_is "$1" "$2" "$3" ||
+		fail "stats $2 is $(stat_get "$1" "$2"), expected $3 (within ${4:-5} s)"
+}
+
+# has_line FILE REGEX: true when FILE has a line matching the extended REGEX.
+has_line() {
+	grep -Eq "$2" "$1" 2>/dev/null
+}
+
+# wait_line FILE REGEX [SECS]: waits (10 s by default) until FILE has a line
+# matching the extended REGEX. Returns 1 on timeout.
+wait_line() {
+	wait_for "${3:-10}" has_line "$1" "$2"
 }
 
 # The error name python gives for opening and reading a file ("OK" when it works).

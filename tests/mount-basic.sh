@@ -195,7 +195,7 @@ mkdir -p "$MP"
 pid=$!
 DAEMONS="$DAEMONS $pid"
 MOUNT_LOG=$TMP/late.log
-wait_mounted "$MP" "$pid" || fail "options-last mount failed"
+wait_ready "$MP" "$pid" || fail "options-last mount failed"
 tmo 10 grep -q '"buffer_size": 65536' "$MP/.placefs/plan.json" || fail "-o after positionals ignored"
 bdi=$(mount_line "$MP" | awk '{ print $3 }')
 [ "$(cat "/sys/class/bdi/$bdi/read_ahead_kb")" -eq 16384 ] &&
@@ -241,11 +241,14 @@ is_mounted "$MP" || fail "placefs returned before the mount was live"
 	fail "daemonized mount does not serve"
 tmo 10 umount "$MP" || fail "umount failed"
 wait_unmounted "$MP" || fail "still mounted after umount"
-for i in $(seq 1 100); do
-	ps -eo args | grep -F "$MP" | grep -q '^[^ ]*placefs ' || break
-	sleep 0.05
-done
-ps -eo args | grep -F "$MP" | grep -q '^[^ ]*placefs ' && fail "daemon still running after umount"
+# daemon_on MOUNTPOINT: true while a placefs process names MOUNTPOINT.
+daemon_on() {
+	ps -eo args | grep -F "$1" | grep -q '^[^ ]*placefs '
+}
+no_daemon_on() {
+	! daemon_on "$1"
+}
+wait_for 5 no_daemon_on "$MP" || fail "daemon still running after umount"
 note "daemonized: mounted, served, gone after umount"
 
 # ---- mount.fuse3 (what mount -t fuse.placefs runs) and an fstab line ----------------

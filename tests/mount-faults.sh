@@ -381,6 +381,7 @@ def reader(k):
 th = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
 for t in th:
     t.start()
+# The scenario: 0.2 s of reads before the truncation, 0.3 s of reads after it.
 time.sleep(0.2)
 size = os.path.getsize(shard)
 os.truncate(shard, (size - (1 << 19)) & ~4095)

@@ -88,6 +88,7 @@ if mode == "push":
     want = source_bytes("big.b")
     assert os.pread(fd, MiB, 4 * MiB) == want[4 * MiB:5 * MiB]
     os.close(fd)
+    # The scenario: 0.3 s in which no push may start (there is no state to wait for).
     time.sleep(0.3)
     assert stats()["push"]["tensors"] == 1, stats()["push"]
 

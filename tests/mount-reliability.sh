@@ -35,28 +35,16 @@ cd "$TMP" || fail "cd $TMP"
 MP=$TMP/mnt
 mkdir -p "$MP"
 
-# stat_of MOUNTPOINT KEY...: values from a fresh .placefs/stats snapshot.
-stat_of() {
-	local mp=$1
-	shift
-	tmo 10 cat "$mp/.placefs/stats" >stats.json || fail "cannot read $mp/.placefs/stats"
-	"$PYTHON" "$STUTIL" stats stats.json "$@"
-}
-
-# wait_stat MOUNTPOINT KEY VALUE: polls (5 s) until the counter has that value;
-# releases reach the daemon asynchronously after close().
-wait_stat() {
-	local i v
-	for i in $(seq 1 100); do
-		v=$(stat_of "$1" "$2")
-		[ "$v" = "$3" ] && return 0
-		sleep 0.05
-	done
-	fail "stats $2 is $v, expected $3 (within 5 s)"
-}
+# Stats come from lib.sh's stat_get and wait_stat (releases reach the daemon
+# asynchronously after close(): wait for the counters, do not read them once).
 
 fd_count() {
 	ls "/proc/$1/fd" | wc -l
+}
+
+# fds_are PID N: true when process PID has N open descriptors.
+fds_are() {
+	[ "$(fd_count "$1")" -eq "$2" ]
 }
 
 # summary LINE KEY: the value of KEY=... in soak's summary line.
@@ -116,6 +104,7 @@ th = [threading.Thread(target=reader, args=("v.a", True)) for _ in range(8)]
 th += [threading.Thread(target=reader, args=("w.a", False)) for _ in range(4)]
 for t in th:
     t.start()
+# The scenario: 0.3 s of reads of both shards before the unlink.
 time.sleep(0.3)
 
 # v.b opened (cached) and read in full before the unlink; an O_DIRECT descriptor too.
@@ -131,9 +120,11 @@ if got != want["v.b"]:
     bad.append("v.b read before the unlink differs from the source")
 
 os.unlink(os.path.join(src, shard))
+# A bounded wait for the state: every victim reader has ended (5 s at most).
 deadline = time.time() + 5
 while len(ends) < 8 and time.time() < deadline:
     time.sleep(0.02)
+# The scenario: the other shard's readers go on 0.2 s after the unlink.
 time.sleep(0.2)
 stop.set()
 for t in th:
@@ -184,7 +175,7 @@ sys.exit(1 if bad else 0)
 EOF
 grep -q "$S1 was removed or replaced since mount" "$MOUNT_LOG" ||
 	fail "the log does not say that $S1 was removed"
-[ "$(stat_of "$MP" stale_shards)" = "['$S1']" ] || fail "stats stale_shards is not ['$S1']"
+[ "$(stat_get "$MP" stale_shards)" = "['$S1']" ] || fail "stats stale_shards is not ['$S1']"
 
 # Renamed away: ESTALE; renamed back (same inode, size, mtime): served again.
 mv "del/$S2" "del/$S2.away"
@@ -215,6 +206,7 @@ LIVE_RINGS=$(ls /dev/shm/ | grep -c "^placefs-$MOUNT_PID-")
 tmo 30 "$SOAK" -t 8 -s 20 -m direct -L 4194304 -x -p -e ENOTCONN,ECONNABORTED,EIO \
 	large.man >soak.out 2>&1 &
 SOAK_PID=$!
+# The scenario: 1 s of reads, so that the SIGKILL finds them in flight.
 sleep 1
 kill -KILL "$MOUNT_PID"
 wait_daemon "$MOUNT_PID"
@@ -257,7 +249,7 @@ is_mounted "$MP" && fail "the dead mount is still there after fusermount3 -u"
 # process of another PID namespace), and a name placefs does not make stay.
 dead=$(sh -c 'echo $$')
 while kill -0 "$dead" 2>/dev/null; do dead=$(sh -c 'echo $$'); done
-sleep 30 &
+sleep 30 & # a live process (its pid names a leftover that must stay)
 LIVE=$!
 LOCKER=""
 FAKES="placefs-$dead-7 placefs-client-$dead-3 placefs-$LIVE-9 placefs-x$dead-1 placefs-test-$dead-1"
@@ -276,8 +268,7 @@ os.rename(tmp, sys.argv[1])
 print("locked", flush=True)
 time.sleep(30)' "/dev/shm/placefs-$dead-8" >lock.out &
 LOCKER=$!
-for i in $(seq 1 100); do grep -q locked lock.out && break; sleep 0.05; done
-grep -q locked lock.out || fail "the flock holder did not start"
+wait_line lock.out '^locked$' 5 || fail "the flock holder did not start"
 mount_fs big "$MP"
 logged=0
 for f in $KILLED_RINGS "/dev/shm/placefs-$dead-7" "/dev/shm/placefs-client-$dead-3"; do
@@ -301,6 +292,7 @@ mount_fs big "$MP"
 tmo 30 "$SOAK" -t 8 -s 20 -m direct -L 4194304 -x -p -e ENOTCONN,ECONNABORTED,EIO,ENOENT \
 	large.man >soak.out 2>&1 &
 SOAK_PID=$!
+# The scenario: 1 s of reads, so that the SIGTERM finds them in flight.
 sleep 1
 kill -TERM "$MOUNT_PID"
 st=0
@@ -320,7 +312,7 @@ note "SIGTERM: exit 0, no mount left; readers: $(summary "$line" reads) reads ok
 # of placefs-stage --verify through a 4 MiB ring that the 4 MiB tensors fill
 # alone, so stagers are always waiting for ring space or copying.
 mount_fs big "$MP" -o device=host,buffer_size=4M
-ring_name=$(stat_of "$MP" staging.device | sed -n 's/^host (\(.*\))$/\1/p')
+ring_name=$(stat_get "$MP" staging.device | sed -n 's/^host (\(.*\))$/\1/p')
 [ -n "$ring_name" ] && [ -e "/dev/shm$ring_name" ] || fail "no host ring in /dev/shm ($ring_name)"
 loops=""
 for k in 1 2 3 4; do
@@ -333,6 +325,7 @@ for k in 1 2 3 4; do
 	) &
 	loops="$loops $!"
 done
+# The scenario: 1 s of staging, so that the SIGTERM finds stagers busy.
 sleep 1
 kill -TERM "$MOUNT_PID"
 st=0
@@ -370,27 +363,20 @@ print("borrowed %d" % len(fds), flush=True)
 time.sleep(60)
 EOF
 BORROW_PID=$!
-for i in $(seq 1 100); do
-	grep -q borrowed borrow.out && break
-	sleep 0.05
-done
-grep -q borrowed borrow.out || fail "the borrower did not borrow: $(cat borrow.out)"
-[ "$(stat_of "$MP" staging.leases)" -gt 0 ] || fail "no lease held while borrowing"
+wait_line borrow.out '^borrowed' 5 || fail "the borrower did not borrow: $(cat borrow.out)"
+[ "$(stat_get "$MP" staging.leases)" -gt 0 ] || fail "no lease held while borrowing"
+# The scenario: 1 s of reads and held leases before the clients are killed.
 sleep 1
 kill -KILL "$SOAK_PID" "$BORROW_PID"
 wait "$SOAK_PID" "$BORROW_PID" 2>/dev/null
 wait_stat "$MP" open_files 0
 wait_stat "$MP" staging.leases 0
 wait_stat "$MP" staging.ring_used 0
-[ "$(stat_of "$MP" read_errors)" -eq 0 ] || fail "read errors after the clients died"
-hw=$(stat_of "$MP" staging.ring_high_water)
-cap=$(stat_of "$MP" staging.ring_bytes)
+[ "$(stat_get "$MP" read_errors)" -eq 0 ] || fail "read errors after the clients died"
+hw=$(stat_get "$MP" staging.ring_high_water)
+cap=$(stat_get "$MP" staging.ring_bytes)
 [ "$hw" -le "$cap" ] || fail "ring high-water $hw > capacity $cap"
-for i in $(seq 1 100); do
-	[ "$(fd_count "$MOUNT_PID")" -eq "$fds_before" ] && break
-	sleep 0.05
-done
-[ "$(fd_count "$MOUNT_PID")" -eq "$fds_before" ] ||
+wait_for 5 fds_are "$MOUNT_PID" "$fds_before" ||
 	fail "daemon descriptors: $(fd_count "$MOUNT_PID") after, $fds_before before"
 tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" big --ranges 2 ||
 	fail "the daemon serves wrong bytes after its clients died"

@@ -109,16 +109,17 @@ verified=$(cat stage.*.out | sed -n 's/^verify: \([0-9]*\) of [0-9]* tensors byt
 	fail "placefs-stage: $runs runs, $staged tensors staged, $verified verified (40 per run)"
 
 # Releases reach the daemon after close() returns, and it drops the copy
-# destinations of exited clients once a second: give them a moment.
-for i in $(seq 1 100); do
+# destinations of exited clients once a second: wait (5 s at most) until it
+# has settled; the checks below say what is left if it has not.
+settled() {
 	tmo 10 cat "$MP/.placefs/stats" >stats.after || fail "cannot read stats"
 	[ "$(stat_of stats.after open_files)" = "$(stat_of stats.before open_files)" ] &&
 		[ "$(stat_of stats.after staging.leases)" = 0 ] &&
 		[ "$(stat_of stats.after staging.ring_used)" = 0 ] &&
 		[ "$(stat_of stats.after staging.dests)" = 0 ] &&
-		[ "$(fd_count "$PID")" -eq "$fds0" ] && break
-	sleep 0.05
-done
+		[ "$(fd_count "$PID")" -eq "$fds0" ]
+}
+wait_for 5 settled || note "not settled within 5 s"
 fds1=$(fd_count "$PID")
 rss1=$(proc_kb "$PID" VmRSS)
 anon1=$(proc_kb "$PID" RssAnon)

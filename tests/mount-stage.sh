@@ -35,37 +35,6 @@ unset INSTANTTENSOR_COPY
 cd "$TMP" || fail "cd $TMP"
 MP=$TMP/mnt
 
-# wait_line FILE REGEX: waits (10 s at most) until FILE has a line matching REGEX.
-wait_line() {
-	local i
-	for i in $(seq 1 200); do
-		grep -Eq "$2" "$1" 2>/dev/null && return 0
-		sleep 0.05
-	done
-	return 1
-}
-
-# stat_get KEY.PATH: one value of the mount's .placefs/stats ("staging.ring_bytes").
-stat_get() {
-	"$PYTHON" - "$MP/.placefs/stats" "$1" <<'EOF'
-import json, sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."):
-    v = v[k]
-print(v)
-EOF
-}
-
-# waits until .placefs/stats says KEY is VALUE (5 s at most)
-wait_stat() {
-	local i
-	for i in $(seq 1 100); do
-		[ "$(stat_get "$1")" = "$2" ] && return 0
-		sleep 0.05
-	done
-	return 1
-}
-
 # ---- the seed: 8 MiB limit, 1 MiB staged, 9 MiB read on the cpu ------------------------------
 tmo 20 "$MKCKPT" -q --seed 7 --tensor 'small:F32:262144' --tensor 'large:F32:2359296' \
 	seed.safetensors || fail "mkckpt seed"
@@ -82,9 +51,9 @@ head -n "$(wc -l <plan.txt)" "$MP/.placefs/plan" | cmp -s - plan.txt ||
 tail -n 1 "$MP/.placefs/plan" | grep -Eq '^staging: device host \(/placefs-[0-9]+-[0-9]+\), ring 8388608 bytes \(8 MiB\), host buffer 67108864 bytes \(64 MiB\)$' ||
 	fail "staging line of .placefs/plan: $(tail -n 1 "$MP/.placefs/plan")"
 cmp -s "$MP/.placefs/plan.json" plan.json || fail "plan.json differs from placefs-plan --json"
-[ "$(stat_get staging.ring_bytes)" = 8388608 ] || fail "stats: ring_bytes"
-[ "$(stat_get staging.host_buffer_bytes)" = 67108864 ] || fail "stats: host_buffer_bytes"
-[ "$(stat_get staging.backend)" = host ] || fail "stats: backend"
+[ "$(stat_get "$MP" staging.ring_bytes)" = 8388608 ] || fail "stats: ring_bytes"
+[ "$(stat_get "$MP" staging.host_buffer_bytes)" = 67108864 ] || fail "stats: host_buffer_bytes"
+[ "$(stat_get "$MP" staging.backend)" = host ] || fail "stats: backend"
 
 for mode in copy borrow; do
 	out=$(tmo 30 "$STAGE" --mode $mode --verify "$MP/small") || fail "placefs-stage $mode: $out"
@@ -128,23 +97,20 @@ client_maps() {
 for i in $(seq 1 20); do
 	tmo 30 "$STAGE" -q --mode copy "$MP/small" >/dev/null || fail "placefs-stage copy run $i"
 done
+no_client_dests() {
+	[ "$(client_maps)" -eq 0 ] && [ "$(stat_get "$MP" staging.dests)" -eq 0 ]
+}
 ok=0
-for i in $(seq 1 60); do
-	if [ "$(client_maps)" -eq 0 ] && [ "$(stat_get staging.dests)" -eq 0 ]; then
-		ok=1
-		break
-	fi
-	sleep 0.1
-done
+wait_for 6 no_client_dests && ok=1
 shmem=$(awk '/^RssShmem:/ { print $2 }' "/proc/$MOUNT_PID/status")
-[ "$ok" -eq 1 ] || fail "after 20 copy runs exited, the daemon still maps $(client_maps) client destinations ($(stat_get staging.dests) cached; RssShmem $shmem kB)"
+[ "$ok" -eq 1 ] || fail "after 20 copy runs exited, the daemon still maps $(client_maps) client destinations ($(stat_get "$MP" staging.dests) cached; RssShmem $shmem kB)"
 [ "$shmem" -le $((8192 + 1024)) ] || fail "daemon RssShmem is $shmem kB after the copy runs exited (ring: 8192 kB)"
 note "20 copy clients exited: 0 destinations mapped, RssShmem $shmem kB (ring 8192 kB)"
 
 # Every malformed request, with the daemon serving after each.
 out=$(tmo 60 "$TSI" bad "$MP" "$MP/small" "$MP/large") || fail "bad ioctls: $out"
 note "$out"
-[ "$(stat_get staging.refused)" -gt 50 ] || fail "stats: refused requests not counted"
+[ "$(stat_get "$MP" staging.refused)" -gt 50 ] || fail "stats: refused requests not counted"
 umount_fs "$MP"
 ls /dev/shm | grep -q "^placefs-$MOUNT_PID-" && fail "the ring's shm object outlived the mount"
 
@@ -166,13 +132,15 @@ mkfifo hold.in
 HOLD=$!
 exec 7>hold.in
 wait_line hold.out '^held$' || fail "holder: $(cat hold.out)"
-[ "$(stat_get staging.leases)" = 2 ] || fail "stats: 2 leases expected"
+[ "$(stat_get "$MP" staging.leases)" = 2 ] || fail "stats: 2 leases expected"
 out=$(tmo 10 "$TSI" try "$MP/w.2" 300) && fail "a stage with the ring leased did not wait: $out"
 [ "$out" = ETIMEDOUT ] || fail "stage with the ring leased: $out, expected ETIMEDOUT"
 # Without a timeout the second client waits for the release.
 "$TSI" try "$MP/w.2" 0 >try.out 2>&1 7>&- &
 TRY=$!
 wait_line try.out '^waiting$' || fail "second client: $(cat try.out)"
+# The scenario, not a wait for a state: the client must still be waiting
+# 0.6 s later (and report a wait of 0.4 s or more once served).
 sleep 0.6
 kill -0 "$TRY" 2>/dev/null || fail "the second client did not wait: $(cat try.out)"
 exec 7>&-
@@ -190,6 +158,8 @@ wait_line hold.out '^held$' || fail "holder of full: $(cat hold.out)"
 "$TSI" try "$MP/w.3" 0 --sigusr1 >try.out 2>&1 7>&- &
 TRY=$!
 wait_line try.out '^waiting$' || fail "interrupted client: $(cat try.out)"
+# A signal every 0.1 s until the client ends (4 s at most): one sent before the
+# client's request reached the daemon would interrupt nothing.
 for i in $(seq 1 40); do
 	sleep 0.1
 	kill -USR1 "$TRY" 2>/dev/null || break
@@ -214,26 +184,32 @@ kill -9 "$HOLD"
 wait "$HOLD" 2>/dev/null
 exec 7>&-
 out=$(tmo 10 "$TSI" try "$MP/full" 5000) || fail "the ring did not come back after SIGKILL: $out"
-wait_stat staging.leases 0 || fail "stats: leases left after SIGKILL"
+wait_stat "$MP" staging.leases 0
 note "leases of a killed client reclaimed: the full 8 MiB ring staged again"
 for mode in copy borrow; do
 	out=$(tmo 60 "$STAGE" --mode $mode --verify -q --all "$MP") || fail "--all $mode: $out"
 	echo "$out" | grep -q '^verify: 6 of 6 tensors byte-exact$' || fail "--all $mode: $out"
 done
-hw=$(stat_get staging.ring_high_water)
+hw=$(stat_get "$MP" staging.ring_high_water)
 [ "$hw" -le 8388608 ] && [ "$hw" -gt 0 ] || fail "ring high-water $hw outside (0, 8 MiB]"
-[ "$(stat_get staging.errors)" -ge 1 ] || fail "stats: the timeout was not counted as an error"
-[ "$(stat_get staging.waits)" -ge 2 ] || fail "stats: waits not counted"
+[ "$(stat_get "$MP" staging.errors)" -ge 1 ] || fail "stats: the timeout was not counted as an error"
+[ "$(stat_get "$MP" staging.waits)" -ge 2 ] || fail "stats: waits not counted"
 
 # SIGTERM with a client waiting: the wait ends and the daemon exits 0.
 "$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
 HOLD=$!
 exec 7>hold.in
 wait_line hold.out '^held$' || fail "holder of full: $(cat hold.out)"
+waits0=$(stat_get "$MP" staging.waits)
 "$TSI" try "$MP/w.0" 0 >try.out 2>&1 7>&- &
 TRY=$!
 wait_line try.out '^waiting$' || fail "waiting client: $(cat try.out)"
-sleep 0.3
+# The client says "waiting" just before its request; the request is in the
+# daemon's wait once the ring has counted one more wait.
+waits_above() {
+	[ "$(stat_get "$MP" staging.waits)" -gt "$1" ]
+}
+wait_for 10 waits_above "$waits0" || fail "the waiting client's stage never waited for the ring"
 kill -TERM "$MOUNT_PID"
 st=0
 wait_daemon "$MOUNT_PID" || st=$?
@@ -267,6 +243,7 @@ for opts in max_threads=2 -s; do
 	for k in 0 1 2; do
 		wait_line try.$k.out '^waiting$' || fail "$opts: client $k: $(cat try.$k.out)"
 	done
+	# The scenario: 0.5 s later every stage must still be waiting.
 	sleep 0.5
 	for p in $pids; do
 		kill -0 "$p" 2>/dev/null || fail "$opts: a stage did not wait for the leased ring"
@@ -278,7 +255,7 @@ for opts in max_threads=2 -s; do
 		wait "$p" || fail "$opts: waiting stage $k failed: $(cat try.$k.out)"
 		k=$((k + 1))
 	done
-	n=$(stat_get staging.stage_threads)
+	n=$(stat_get "$MP" staging.stage_threads)
 	[ "$n" -ge 2 ] || fail "$opts: $n stages ran on threads of their own, expected 2 or more"
 	note "$opts: 3 stages waited for the ring and were served after the release ($n on threads)"
 	umount_fs "$MP"
@@ -322,10 +299,10 @@ for p in $pids; do
 	grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" conc.$k.out ||
 		fail "concurrent client $k: $(cat conc.$k.out)"
 done
-hw=$(stat_get staging.ring_high_water)
+hw=$(stat_get "$MP" staging.ring_high_water)
 [ "$hw" -le 2097152 ] || fail "ring high-water $hw > its 2 MiB"
-[ "$(stat_get staging.leases)" = 0 ] || fail "leases left after the concurrent clients"
-[ "$(stat_get staging.ring_used)" -le 2097152 ] || fail "ring_used beyond the ring"
+[ "$(stat_get "$MP" staging.leases)" = 0 ] || fail "leases left after the concurrent clients"
+[ "$(stat_get "$MP" staging.ring_used)" -le 2097152 ] || fail "ring_used beyond the ring"
 note "8 concurrent clients: $ngpu tensors each verified, high-water $hw of 2097152"
 # The cpu tensor of this checkpoint is refused by name.
 out=$(tmo 30 "$STAGE" "$MP/big.0" 2>&1) && fail "big.0 (cpu) was staged: $out"
@@ -345,7 +322,7 @@ for p in $pids; do
 	k=$((k + 1))
 	wait "$p" || fail "client $k with 2 workers failed: $(cat conc.$k.out)"
 done
-[ "$(stat_get staging.prefetch.issued)" = 0 ] || fail "-o noprefetch: prefetches were issued"
+[ "$(stat_get "$MP" staging.prefetch.issued)" = 0 ] || fail "-o noprefetch: prefetches were issued"
 note "4 clients on 2 workers, 256 KiB host buffer, no prefetch: ok"
 umount_fs "$MP"
 
@@ -360,8 +337,8 @@ grep -q '^placefs: ring: 6000640 bytes (5.72 MiB), set by -o ring_size (at least
 	"$MOUNT_LOG" || fail "ring_size: the plan summary in the log does not say who set the ring"
 grep -q '^ring: 6000640 bytes (5.72 MiB), set by -o ring_size ' "$MP/.placefs/plan" ||
 	fail "ring_size: .placefs/plan: $(grep '^ring' "$MP/.placefs/plan")"
-[ "$(stat_get staging.ring_bytes)" = 6000640 ] ||
-	fail "ring_size: stats ring_bytes $(stat_get staging.ring_bytes), expected 6000640"
+[ "$(stat_get "$MP" staging.ring_bytes)" = 6000640 ] ||
+	fail "ring_size: stats ring_bytes $(stat_get "$MP" staging.ring_bytes), expected 6000640"
 "$PYTHON" - "$MP" "$top_srcdir/python" <<'EOF' || fail "ring_size: plan.json or the ring info ioctl"
 import json, os, sys
 sys.path.insert(0, sys.argv[2])
@@ -386,7 +363,7 @@ for mode in copy borrow; do
 	echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" ||
 		fail "ring_size --all $mode: $out"
 done
-hw=$(stat_get staging.ring_high_water)
+hw=$(stat_get "$MP" staging.ring_high_water)
 [ "$hw" -gt 0 ] && [ "$hw" -le 6000640 ] || fail "ring_size: high-water $hw outside (0, 6000640]"
 note "-o ring_size=6000000, limit 2000000: ring 6000640 bytes, $ngpu tensors verified in both modes, high-water $hw"
 umount_fs "$MP"
@@ -418,11 +395,13 @@ out=$(tmo 10 "$TSI" try "$MP/small" 0) && fail "device=none staged: $out"
 st=0
 out=$(tmo 10 "$STAGE" "$MP/small" 2>&1) || st=$?
 [ "$st" -eq 1 ] && echo "$out" | grep -q 'staging is disabled' || fail "device=none: $out"
-[ "$(stat_get staging.device)" = none ] || fail "device=none: stats"
+[ "$(stat_get "$MP" staging.device)" = none ] || fail "device=none: stats"
 umount_fs "$MP"
 
 mount_fs seed.safetensors "$MP" -o buffer_size=8M
-if grep -q '^placefs: staging: disabled (no -o device given' "$MOUNT_LOG"; then
+if [ "$(stat_get "$MP" staging.device)" = none ]; then
+	grep -q '^placefs: staging: disabled (no -o device given' "$MOUNT_LOG" ||
+		fail "default device: staging off, but the log does not say why"
 	note "default device: staging off ($(grep 'staging: disabled' "$MOUNT_LOG"))"
 	cmp -s "$MP/.placefs/plan" plan.txt || fail "default device: .placefs/plan differs"
 else
@@ -464,7 +443,7 @@ for zc in 1 0; do
 		grep -q 'zero-copy off$' "$MOUNT_LOG" || fail "-o zero_copy=0: not in the log"
 	fi
 	out=$(tmo 30 "$STAGE" --mode copy --verify "$MP/small") || fail "zero_copy=$zc: $out"
-	[ "$(stat_get staging.zero_copy.on)" = 0 ] || fail "zero_copy=$zc: zero-copy on, on host"
+	[ "$(stat_get "$MP" staging.zero_copy.on)" = 0 ] || fail "zero_copy=$zc: zero-copy on, on host"
 	umount_fs "$MP"
 done
 note "-o zero_copy=1 and 0 on the host backend: bounce buffers, logged"

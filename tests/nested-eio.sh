@@ -93,7 +93,16 @@ fd = os.open(a_inner, os.O_RDONLY)
 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 os.close(fd)
 os.kill(a_pid, signal.SIGKILL)
-time.sleep(0.3)
+# Wait (5 s at most) for the state: A's mount answers ENOTCONN, its daemon gone.
+deadline = time.monotonic() + 5
+while True:
+    try:
+        os.listdir(os.path.dirname(a_inner))
+    except OSError as e:
+        if e.errno == errno.ENOTCONN:
+            break
+    assert time.monotonic() < deadline, "A's mount still answers 5 s after its daemon's SIGKILL"
+    time.sleep(0.02)
 bad = []
 def read_at(name, off):
     fd = os.open(os.path.join(bmnt, name), os.O_RDONLY | os.O_DIRECT)

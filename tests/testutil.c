@@ -13,6 +13,17 @@
 
 #include "testutil.h"
 
+int tu_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 char *tu_mkdtemp(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -147,7 +158,15 @@ size_t tu_list_dir(const char *dir, const char *suffix, char ***out)
 	return n;
 }
 
-void tu_expect_load(struct tu_expect *ex, const char *dir)
+/* A corpus's EXPECTED.tsv: the fragment each bad file's message must hold. */
+struct expect {
+	char *buf; /* the file's text, cut into the lines below */
+	size_t n;
+	char *file[256];
+	char *frag[256];
+};
+
+static void expect_load(struct expect *ex, const char *dir)
 {
 	char *path = tu_path(dir, "EXPECTED.tsv");
 	size_t len;
@@ -171,7 +190,8 @@ void tu_expect_load(struct tu_expect *ex, const char *dir)
 	free(path);
 }
 
-const char *tu_expect_for(const struct tu_expect *ex, const char *file)
+/* The fragment for file; fails the test when the file has no line. */
+static const char *expect_for(const struct expect *ex, const char *file)
 {
 	for (size_t i = 0; i < ex->n; i++) {
 		if (strcmp(ex->file[i], file) == 0)
@@ -179,6 +199,46 @@ const char *tu_expect_for(const struct tu_expect *ex, const char *file)
 	}
 	ck_abort_msg("%s has no line in EXPECTED.tsv", file);
 	return NULL;
+}
+
+size_t tu_corpus_replay(const char *dir, const char *suffix, size_t min, enum tu_corpus_want want,
+                        tu_corpus_parse_fn parse, void *ctx)
+{
+	char **names;
+	size_t n = tu_list_dir(dir, suffix, &names);
+	struct expect ex = {0};
+
+	ck_assert_msg(n >= min, "%s: %zu files, expected at least %zu", dir, n, min);
+	if (want == TU_CORPUS_BAD) {
+		expect_load(&ex, dir);
+		ck_assert_uint_eq(ex.n, n);
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *name = names[i];
+		char *path = tu_path(dir, name);
+		struct placefs_error err;
+		int rc;
+
+		placefs_error_clear(&err);
+		rc = parse(path, name, &err, ctx);
+		if (want == TU_CORPUS_GOOD) {
+			ck_assert_msg(rc == 0, "%s was refused: %s", name, err.msg);
+		} else {
+			const char *frag = expect_for(&ex, name);
+			size_t nl = strlen(name);
+
+			ck_assert_msg(rc < 0, "%s was accepted", name);
+			ck_assert_msg(strncmp(err.msg, name, nl) == 0 && err.msg[nl] == ':',
+			              "%s: message does not name the file: %s", name, err.msg);
+			ck_assert_msg(strstr(err.msg, frag), "%s: refused for another reason: %s",
+			              name, err.msg);
+		}
+		free(path);
+		free(names[i]);
+	}
+	free(names);
+	free(ex.buf);
+	return n;
 }
 
 struct placefs_device tu_device(const char *spec)

@@ -3,10 +3,26 @@
 #ifndef PLACEFS_TESTUTIL_H
 #define PLACEFS_TESTUTIL_H
 
+#include <check.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "device.h"
+#include "error.h"
+
+/*
+ * The whole of a Check program's main(): runs every test of s in a new
+ * runner (verbosity from $CK_VERBOSITY, CK_NORMAL when it is unset; fork
+ * mode from $CK_FORK as Check always does), frees the runner and returns
+ * the process's exit status: EXIT_SUCCESS when no test failed or errored,
+ * EXIT_FAILURE otherwise. A program with nothing else to do in main() is
+ *
+ *	int main(void)
+ *	{
+ *		return tu_run_suite(foo_suite());
+ *	}
+ */
+int tu_run_suite(Suite *s);
 
 /* Creates a fresh directory under $TMPDIR (or /tmp); returns a malloc'd path. */
 char *tu_mkdtemp(void);
@@ -39,19 +55,35 @@ uint8_t *tu_read_file(const char *path, size_t *len);
 size_t tu_list_dir(const char *dir, const char *suffix, char ***out);
 
 /*
- * A corpus's EXPECTED.tsv (written by tests/corpus/make-corpus.py): one
- * "file<TAB>fragment" line per bad file; the fragment must appear in the
- * message the file is refused with. Lines starting with '#' are comments.
+ * Parses one corpus file for tu_corpus_replay(): path is where it lies, name
+ * its name in the corpus (the name its message must start with). Returns the
+ * parser's result, 0 or -errno, with err filled on failure (the function
+ * clears err first). It makes the format's own assertions: on success on
+ * what was parsed (then frees it), on failure that nothing was returned.
  */
-struct tu_expect {
-	char *buf; /* the file's text; free() it when done */
-	size_t n;
-	char *file[256];
-	char *frag[256];
+typedef int (*tu_corpus_parse_fn)(const char *path, const char *name, struct placefs_error *err,
+                                  void *ctx);
+
+enum tu_corpus_want {
+	TU_CORPUS_GOOD, /* every file is accepted */
+	TU_CORPUS_BAD,  /* every file is refused, for the reason EXPECTED.tsv gives */
 };
 
-void tu_expect_load(struct tu_expect *ex, const char *dir);
-/* The fragment for file; fails the test when the file has no line. */
-const char *tu_expect_for(const struct tu_expect *ex, const char *file);
+/*
+ * Replays the corpus in dir (tests/corpus/<good|bad>-<format>/, written by
+ * tests/corpus/make-corpus.py): every entry whose name ends in suffix, in
+ * name order, goes through parse(path, name, &err, ctx). Fails the test when
+ * dir holds fewer than min such files, and:
+ *
+ * TU_CORPUS_GOOD: when parse refuses a file (the message is shown).
+ * TU_CORPUS_BAD: when parse accepts a file, when its message does not start
+ * with "name:", or when it lacks the file's fragment from dir/EXPECTED.tsv
+ * (one "file<TAB>fragment" line per file, exactly one per file, '#' lines
+ * are comments).
+ *
+ * Returns how many files were replayed.
+ */
+size_t tu_corpus_replay(const char *dir, const char *suffix, size_t min, enum tu_corpus_want want,
+                        tu_corpus_parse_fn parse, void *ctx);
 
 #endif

@@ -118,8 +118,9 @@ assert [t['placement'] for t in d['tensors']] == ['gpu', 'cpu', 'gpu']
 assert [t['nbytes'] for t in d['tensors']] == [1048576, 9437184, 8388608]
 assert [t['shape'] for t in d['tensors']] == [[262144], [2359296], [2097152]]
 for t in d['tensors']:
-    assert list(t) == ['name', 'file', 'dtype', 'shape', 'nbytes', 'offset', 'placement']
+    assert list(t) == ['name', 'filename', 'file', 'dtype', 'shape', 'nbytes', 'offset', 'placement']
     assert t['dtype'] == 'F32' and t['file'] == 'seed.safetensors'
+    assert t['filename'] == t['name']
 offs = [t['offset'] for t in d['tensors']]
 assert offs[1] == offs[0] + 1048576 and offs[2] == offs[1] + 9437184, offs
 import os
@@ -323,6 +324,14 @@ err_has "encoded file name is 300 bytes"
 "$MK" -q --tensor a/b:U8:1 --tensor '.x%':U8:2 --tensor 'q"uote\':U8:3 "$T/odd.safetensors"
 expect 0 "$PLAN" --json "$T/odd.safetensors"
 pyjson "assert [t['name'] for t in d['tensors']] == ['a/b', '.x%', 'q\"uote\\\\'], d"
+# Each tensor's "filename" is its file's name in the mount (lib/name.h's
+# encoding), so that no client encodes names itself.
+pyjson "assert [t['filename'] for t in d['tensors']] == ['a%2Fb', '%2Ex%25', 'q\"uote\\\\'], d"
+out_has '{"name": "a/b", "filename": "a%2Fb", "file": "odd.safetensors", '
+"$MK" -q --tensor '100%/slash/.dot':U8:4 --tensor '..%2F':U8:1 --tensor p.lain:U8:5 \
+	"$T/enc.safetensors"
+expect 0 "$PLAN" --json "$T/enc.safetensors"
+pyjson "assert [(t['name'], t['filename']) for t in d['tensors']] == [('100%/slash/.dot', '100%25%2Fslash%2F.dot'), ('..%2F', '%2E.%252F'), ('p.lain', 'p.lain')], d"
 
 # ---- usage: exit 2 ----
 expect 2 "$PLAN"

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "io.h"
 #include "size.h"
 #include "strbuf.h"
 #include "stwrite.h"
@@ -378,8 +380,7 @@ static int write_index(const char *path, struct spec **sorted, size_t n, const s
 	struct placefs_error err;
 	uint64_t total = 0;
 	char *tmp = NULL;
-	FILE *f = NULL;
-	int rc = 0;
+	int fd, rc = 0;
 
 	placefs_strbuf_init(&sb);
 	placefs_error_clear(&err);
@@ -416,12 +417,17 @@ static int write_index(const char *path, struct spec **sorted, size_t n, const s
 		die_msg("out of memory");
 		goto out;
 	}
-	f = fopen(tmp, "we");
-	if (!f || fwrite(sb.buf, 1, sb.len, f) != sb.len || fclose(f) != 0) {
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0) {
 		rc = -errno;
-		die_msg("cannot write %s: %s", tmp, strerror(errno));
-		if (f == NULL)
-			goto out;
+		die_msg("cannot write %s: %s", tmp, strerror(-rc));
+		goto out;
+	}
+	rc = placefs_io_write_full(fd, sb.buf, sb.len);
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc) {
+		die_msg("cannot write %s: %s", tmp, strerror(-rc));
 		unlink(tmp);
 		goto out;
 	}

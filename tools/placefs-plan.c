@@ -11,15 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "error.h"
+#include "io.h"
 #include "plan.h"
 #include "size.h"
 #include "strbuf.h"
 
-#define PROG      "placefs-plan"
-#define ENV_LIMIT "INSTANTTENSOR_BUFFER_SIZE"
+#define PROG "placefs-plan"
 
 static const char usage_text[] =
         "usage: " PROG " [--buffer-size SIZE] [--ring-size SIZE] [--prefix P]...\n"
@@ -33,7 +34,7 @@ static const char help_text[] =
         "\n"
         "  --buffer-size SIZE  staging limit: tensors of at most SIZE bytes go to the\n"
         "                      GPU, larger ones to the CPU (default:\n"
-        "                      $" ENV_LIMIT ", else no limit). SIZE is digits\n"
+        "                      $" PLACEFS_PLAN_ENV_LIMIT ", else no limit). SIZE is digits\n"
         "                      with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix\n"
         "                      (powers of 1024).\n"
         "  --ring-size SIZE    device memory of the staging ring (default: the\n"
@@ -126,9 +127,10 @@ static int parse_sweep(const char *list, uint64_t **out, size_t *n, struct place
 /* Writes the whole buffer to stdout; a short write or a full disk is an error. */
 static int emit(const struct placefs_strbuf *sb)
 {
-	if (fwrite(placefs_strbuf_cstr(sb), 1, sb->len, stdout) != sb->len || fflush(stdout) != 0 ||
-	    ferror(stdout)) {
-		say("writing to standard output: %s", strerror(errno));
+	int rc = placefs_io_write_full(STDOUT_FILENO, placefs_strbuf_cstr(sb), sb->len);
+
+	if (rc) {
+		say("writing to standard output: %s", strerror(-rc));
 		return PLACEFS_EXIT_ERROR;
 	}
 	return PLACEFS_EXIT_OK;
@@ -232,15 +234,9 @@ int main(int argc, char **argv)
 	}
 
 	/* The option wins over the environment; a set but empty variable is an error. */
-	if (buffer_size) {
-		if (placefs_size_parse(buffer_size, "--buffer-size", &opt.limit, &err))
-			goto fail;
-		opt.has_limit = 1;
-	} else if (getenv(ENV_LIMIT)) {
-		if (placefs_size_parse(getenv(ENV_LIMIT), ENV_LIMIT, &opt.limit, &err))
-			goto fail;
-		opt.has_limit = 1;
-	}
+	if (placefs_plan_limit_parse(buffer_size, "--buffer-size", &opt.has_limit, &opt.limit, NULL,
+	                             &err))
+		goto fail;
 	if (ring_size && placefs_size_parse(ring_size, "--ring-size", &ring_bytes, &err)) {
 		/* Not the staging limit: a plain bad option value. */
 		err.kind = PLACEFS_E_USAGE;

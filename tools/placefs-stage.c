@@ -22,9 +22,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "io.h"
 #include "placefs/client.h"
 #include "size.h"
 
@@ -81,14 +82,6 @@ static void remember_shm(const struct placefs_client_dest *d)
 		return;
 	snprintf(shm_names[nshm], sizeof(shm_names[nshm]), "%s", name);
 	nshm = nshm + 1;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void usage(FILE *f)
@@ -169,25 +162,17 @@ static int parse_mode(const char *arg)
 	return -1;
 }
 
-/* Reads all of fd (n bytes) into buf with read(). */
+/* Reads all of fd (n bytes, from its start) into buf with read(); -EIO when it is shorter. */
 static int read_all(int fd, uint8_t *buf, uint64_t n)
 {
-	uint64_t got = 0;
+	ssize_t r;
 
 	if (lseek(fd, 0, SEEK_SET) != 0)
 		return -errno;
-	while (got < n) {
-		ssize_t r = read(fd, buf + got, n - got > (1u << 30) ? (1u << 30) : n - got);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EIO;
-		got += (uint64_t)r;
-	}
-	return 0;
+	r = placefs_io_read_full(fd, buf, (size_t)n);
+	if (r < 0)
+		return (int)r;
+	return (uint64_t)r < n ? -EIO : 0;
 }
 
 /* The mount's ring info, destination and ring mapping, made on first use. */
@@ -259,7 +244,7 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 	}
 	if (mnt_setup(mt, fd, f->path) != 0)
 		goto out;
-	t0 = now_s();
+	t0 = placefs_clock_s();
 	if (tot->first == 0)
 		tot->first = t0;
 	tot->verify_s += tot->pending_s;
@@ -268,7 +253,7 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 		rc = placefs_client_copy(fd, mt->dest, 0, cfg.timeout_ns, &r, &e);
 	else
 		rc = placefs_client_borrow(fd, cfg.timeout_ns, &r, &e);
-	t1 = now_s();
+	t1 = placefs_clock_s();
 	tot->last = t1;
 	if (rc != 0) {
 		errorf("%s: %s [%s]", f->path, e.msg, placefs_client_errno_name(rc));
@@ -281,7 +266,7 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 		goto release;
 	}
 	if (cfg.verify) {
-		v0 = now_s();
+		v0 = placefs_clock_s();
 		rc = read_all(fd, want, r.nbytes);
 		if (rc != 0) {
 			errorf("%s: read() for --verify failed: %s", f->path, strerror(-rc));
@@ -306,7 +291,7 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 			goto release;
 		}
 		verified = true;
-		tot->pending_s += now_s() - v0;
+		tot->pending_s += placefs_clock_s() - v0;
 	}
 	ok = 0;
 release:

@@ -51,12 +51,13 @@ bench_llama_manifests() {
 import json, sys
 w = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
-from placefs import encode_name as enc
+from placefs import TensorInfo
 plan = json.load(open(w + "/plan.json"))
 with open(w + "/direct.txt", "w") as d, open(w + "/mount.txt", "w") as m:
-    for t in plan["tensors"]:
+    for i, t in enumerate(plan["tensors"]):
         d.write("%s/ckpt/%s\t%d\t%d\n" % (w, t["file"], t["offset"], t["nbytes"]))
-        m.write("%s/mnt/%s\t0\t%d\n" % (w, enc(t["name"]), t["nbytes"]))
+        # The tensor's file under the mount, as the loader finds it (plan.json's name).
+        m.write("%s\t0\t%d\n" % (TensorInfo(w + "/mnt", i, t).path, t["nbytes"]))
 PY
 }
 

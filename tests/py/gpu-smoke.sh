@@ -77,8 +77,8 @@ run "$S/tests/py/gpu_smoke.py" "$MP" mixed 16384
 unmount
 mount_it llama device=cuda:0,buffer_size=64M
 run "$S/tests/py/gpu_smoke.py" "$MP" llama 67108864
-run "$S/python/placefs/__init__.py" "$MP" --device cuda:0 --mode copy --verify
-run "$S/python/placefs/__init__.py" "$MP" --device cuda:0 --mode borrow --verify
+run -m placefs "$MP" --device cuda:0 --mode copy --verify
+run -m placefs "$MP" --device cuda:0 --mode borrow --verify
 unmount
 
 # The host backend with torch present (CPU tensors through torch).

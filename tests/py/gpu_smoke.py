@@ -6,7 +6,8 @@
 It loads the mount with device cuda:0 and cpu, in copy and borrow modes, and
 compares every value with the checkpoint's bytes. It also checks typed
 values, borrowed CUDA views, a copy-mode stage into a torch allocation by
-its IPC handle, and a stage into a shm destination from the CUDA backend.
+its IPC handle (placefs._torch.cuda_ipc_export, as the loader takes it),
+and a stage into a shm destination from the CUDA backend.
 """
 
 import os
@@ -53,12 +54,8 @@ def main(mnt, source, limit):
     # Copy mode into a torch allocation at an offset, by its IPC handle.
     buf = torch.zeros(t.nbytes + 8192, dtype=torch.uint8, device="cuda:0")
     torch.cuda.synchronize()
-    share = buf.untyped_storage()._share_cuda_()
-    h, size, off = placefs._torch_ipc_handle(share[1]), int(share[2]), int(share[3])
-    try:
+    with placefs._torch.cuda_ipc_export(buf) as (h, off, size):
         r = m.stage_into(t.name, placefs.Destination.cuda_ipc(h, off + 4096, off + size))
-    finally:
-        placefs._torch_ipc_done(share)
     lt.check(r.lease == 0 and r.nbytes == t.nbytes, "ipc copy result %r" % r)
     lt.check(lt.same_bytes(buf[4096:4096 + t.nbytes], ref[t.name][2]),
              "ipc copy: bytes differ")

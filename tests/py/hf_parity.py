@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "tools"))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 import placefs  # noqa: E402
 
 

@@ -4,7 +4,8 @@
 Run by tests/python-loader.sh, one scenario per call:
 
   loader_test.py abi PROBE_OUTPUT           struct layouts, commands, packing
-  loader_test.py offline                     what needs no mount (env, names, dtypes)
+  loader_test.py offline                     what needs no mount (env, names, dtypes,
+                                             file names from a hand-written plan.json)
   loader_test.py seed MNT SOURCE LIMIT       1 MiB staged + 9 MiB cpu, both modes
   loader_test.py wrap MNT SOURCE             five 4 MiB tensors through an 8 MiB ring
   loader_test.py wrapfull MNT SOURCE         the same ring full: timeout, then room
@@ -26,6 +27,7 @@ import os
 import re
 import struct
 import sys
+import tempfile
 import time
 import warnings
 
@@ -137,6 +139,13 @@ def check_state_dict(sd, mnt, ref, limit, what, device="cpu"):
               "checkpoint" % (what, t.name, dt, len(want), t.placement))
         check(same_bytes(v, plain_read(t.path)), "%s: %r differs from a plain read of %s" % (
             what, t.name, t.path))
+        # The file name comes from the daemon (plan.json); encode_name, kept
+        # for callers with only a name, must agree with it.
+        check(m.plan["tensors"][t.index].get(placefs.plan.FILE_NAME_KEY) == t.filename,
+              "%s: plan.json does not give %r its file name" % (what, t.name))
+        check(t.filename == placefs.encode_name(t.name) and
+              t.path == os.path.join(mnt, t.filename), "%s: %r has the file %r, encode_name "
+              "gives %r" % (what, t.name, t.filename, placefs.encode_name(t.name)))
         pl = "gpu" if limit is None or len(want) <= limit else "cpu"
         check(t.placement == pl, "%s: %r placed %s, expected %s" % (what, t.name, t.placement,
                                                                      pl))
@@ -345,7 +354,59 @@ def offline():
                   "not a placefs mount", "load_state_dict of a directory that is not a mount")
     expect_raises(lambda: placefs._parse_device("gpu0"), ValueError, "cuda:N",
                   "bad device")
+    plan_file_names()
     done("offline")
+
+
+def write_plan(d, tensors):
+    os.makedirs(os.path.join(d, ".placefs"), exist_ok=True)
+    with open(os.path.join(d, ".placefs", "plan.json"), "w") as f:
+        json.dump({"source": "hand-written", "buffer_size": 0, "ring_bytes": 4096,
+                   "tensors": tensors}, f)
+
+
+def plan_file_names():
+    """Tensor files are found under the name plan.json gives, not by encoding the name.
+
+    A directory with a hand-written .placefs/plan.json of cpu-placed tensors
+    is enough: loading them is plain reads, no daemon is involved.
+    """
+    key = placefs.plan.FILE_NAME_KEY
+    with tempfile.TemporaryDirectory() as d:
+        data = {"f-0": b"\x01\x02\x03\x04", "f-1": b"\x05\x06", "%2Eodd": b"\x07\x08"}
+        for fn, b in data.items():
+            with open(os.path.join(d, fn), "wb") as f:
+                f.write(b)
+
+        def entry(name, nbytes, fname=None):
+            e = {"name": name, "file": "shard.safetensors", "dtype": "U8", "shape": [nbytes],
+                 "nbytes": nbytes, "offset": 8, "placement": "cpu"}
+            if fname is not None:
+                e[key] = fname
+            return e
+        # Names whose encoding is not the file: the loader must use the plan's.
+        write_plan(d, [entry("a/b", 4, "f-0"), entry("zz", 2, "f-1"), entry(".odd", 2)])
+        m = placefs.Mount(d)
+        check([t.filename for t in m.tensors] == ["f-0", "f-1", "%2Eodd"],
+              "file names from plan.json: %r" % [t.filename for t in m.tensors])
+        check([t.source for t in m.tensors] == ["shard.safetensors"] * 3,
+              "the source shard is still \"file\": %r" % [t.source for t in m.tensors])
+        check(m.path("a/b") == os.path.join(d, "f-0"), "Mount.path: %r" % m.path("a/b"))
+        for mode in ("copy", "borrow"):
+            try:
+                sd = placefs.load_state_dict(d, device="cpu", mode=mode)
+            except OSError as e:
+                check(False, "hand-written plan, mode %s: %s" % (mode, e))
+                continue
+            check(list(sd) == ["a/b", "zz", ".odd"], "hand-written plan: keys %r" % list(sd))
+            for name, fn in (("a/b", "f-0"), ("zz", "f-1"), (".odd", "%2Eodd")):
+                check(same_bytes(sd[name], data[fn]), "hand-written plan, mode %s: %r is not "
+                      "the bytes of %s" % (mode, name, fn))
+        # A file name that is not one name in the mount's directory is refused.
+        for bad in ("../f-0", "", ".", "..", "a/b", 7):
+            write_plan(d, [entry("x", 4, bad)])
+            expect_raises(lambda: placefs.Mount(d), ValueError, "not one name",
+                          "plan.json file name %r" % (bad,))
 
 
 # ---- live mounts ---------------------------------------------------------------------

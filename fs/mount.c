@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "io.h"
+#include "log.h"
+#include "mount.h"
+#include "stats.h"
+
+enum shard_state {
+	SHARD_OK = 0,
+	SHARD_CHANGED, /* its last check failed */
+	SHARD_IOERR,   /* reading it failed although the check passed */
+};
+
+struct placefs_shard_health {
+	atomic_int state;             /* enum shard_state */
+	atomic_int no_map;            /* 1 once a reply from its mapping faulted: pread since */
+	atomic_uint_fast64_t fail_ns; /* CLOCK_MONOTONIC of its last failed read */
+	atomic_uint_fast64_t fails;   /* requests failed since it was last OK */
+	pthread_mutex_t log_lock;     /* the two fields below */
+	uint64_t log_ns;              /* the rate limiter's clock (see shard_log()) */
+	uint64_t suppressed;          /* lines not logged since then */
+};
+
+/* The counters in .placefs/stats, in the document's order: one row each. */
+#define COUNTER(path, member) PLACEFS_STAT(path, ATOMIC_U64, 0, struct placefs_counters, member)
+#define GAUGE(path, member)   PLACEFS_STAT(path, ATOMIC_I64, 0, struct placefs_counters, member)
+
+static const struct placefs_stat counter_rows[] = {
+        COUNTER("reads", reads),
+        COUNTER("bytes_read.gpu", bytes[PLACEFS_PLACE_GPU]),
+        COUNTER("bytes_read.cpu", bytes[PLACEFS_PLACE_CPU]),
+        COUNTER("read_errors", read_errors),
+        COUNTER("opens", opens),
+        GAUGE("open_files", open_files),
+        COUNTER("stale_refusals", stale_refusals),
+        COUNTER("xattr_requests", xattr_requests),
+};
+
+struct placefs_mount *placefs_mount_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static const char *shard_file(const struct placefs_mount *m, uint32_t i)
+{
+	return placefs_ckpt_shard(m->ckpt, i)->file;
+}
+
+/* ---- shard health ------------------------------------------------------------ */
+
+/*
+ * Logs one line about shard i: a burst of PLACEFS_SHARD_LOG_BURST lines
+ * (a shard going bad and coming back is told at once), then at most one per
+ * PLACEFS_SHARD_LOG_NS, unless `force` (for events that happen once per
+ * shard). A line held back is counted, and the next line logged says how
+ * many were.
+ */
+static void shard_log(struct placefs_mount *m, uint32_t i, int prio, bool force, const char *fmt,
+                      ...) __attribute__((format(printf, 5, 6)));
+
+static void shard_log(struct placefs_mount *m, uint32_t i, int prio, bool force, const char *fmt,
+                      ...)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	uint64_t now = placefs_clock_ns(), held;
+	char line[1024];
+	va_list ap;
+
+	/*
+	 * A virtual clock (GCRA): log_ns runs ahead of now by one interval per
+	 * line logged and catches up in real time; a line may go while it is
+	 * at most BURST - 1 intervals ahead.
+	 */
+	pthread_mutex_lock(&h->log_lock);
+	if (h->log_ns < now)
+		h->log_ns = now;
+	if (!force && h->log_ns - now > (PLACEFS_SHARD_LOG_BURST - 1) * PLACEFS_SHARD_LOG_NS) {
+		h->suppressed++;
+		pthread_mutex_unlock(&h->log_lock);
+		return;
+	}
+	h->log_ns += PLACEFS_SHARD_LOG_NS;
+	held = h->suppressed;
+	h->suppressed = 0;
+	pthread_mutex_unlock(&h->log_lock);
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (held)
+		placefs_log(prio, "%s (%llu earlier line%s about this shard not logged)", line,
+		            (unsigned long long)held, held == 1 ? "" : "s");
+	else
+		placefs_log(prio, "%s", line);
+}
+
+/*
+ * Records a failed request on shard i: the shard is now `state` (CHANGED or
+ * IOERR) and answers rc. Only a change of state is logged (and that through
+ * shard_log()'s limit), so a reader loop on a failing shard cannot flood
+ * the log.
+ */
+static void shard_fail(struct placefs_mount *m, uint32_t i, enum shard_state state, int rc,
+                       bool force, const char *msg)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	int old;
+
+	atomic_fetch_add_explicit(&m->ctr.stale_refusals, 1, memory_order_relaxed);
+	if (state == SHARD_IOERR)
+		atomic_store_explicit(&h->fail_ns, placefs_clock_ns(), memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->fails, 1, memory_order_relaxed);
+	old = atomic_exchange(&h->state, (int)state);
+	if (old != (int)state || force)
+		shard_log(m, i, LOG_ERR, force, "%s: reads of its tensors now fail with %s", msg,
+		          rc == -ESTALE ? "ESTALE"
+		          : rc == -EIO  ? "EIO"
+		                        : strerror(-rc));
+}
+
+/* Makes shard i OK again if it is in state `from`, logging the recovery. */
+static void shard_recover(struct placefs_mount *m, uint32_t i, enum shard_state from)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	int expect = (int)from;
+	uint64_t fails;
+
+	if (!atomic_compare_exchange_strong(&h->state, &expect, SHARD_OK))
+		return;
+	fails = atomic_exchange_explicit(&h->fails, 0, memory_order_relaxed);
+	if (from == SHARD_CHANGED)
+		shard_log(m, i, LOG_NOTICE, false,
+		          "shard '%s' matches what was validated again; serving it "
+		          "(%llu request%s refused meanwhile)",
+		          shard_file(m, i), (unsigned long long)fails, fails == 1 ? "" : "s");
+	else
+		shard_log(m, i, LOG_NOTICE, false,
+		          "shard '%s' reads without errors again; serving it (%llu request%s "
+		          "failed meanwhile)",
+		          shard_file(m, i), (unsigned long long)fails, fails == 1 ? "" : "s");
+}
+
+void placefs_mount_shard_read_ok(struct placefs_mount *m, uint32_t i)
+{
+	struct placefs_shard_health *h = &m->health[i];
+
+	if (atomic_load_explicit(&h->state, memory_order_relaxed) != SHARD_IOERR)
+		return;
+	if (placefs_clock_ns() - atomic_load_explicit(&h->fail_ns, memory_order_relaxed) <
+	    PLACEFS_SHARD_QUIET_NS)
+		return;
+	shard_recover(m, i, SHARD_IOERR);
+}
+
+/*
+ * fstat and stat still match when the shard's file system fails to read it,
+ * so a passing check ends CHANGED (the shard was put back) but not IOERR.
+ */
+int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i)
+{
+	struct placefs_error err;
+	int rc;
+
+	placefs_error_clear(&err);
+	rc = placefs_ckpt_shard_check(m->ckpt, i, &err);
+	if (rc == 0) {
+		if (atomic_load_explicit(&m->health[i].state, memory_order_relaxed) ==
+		    SHARD_CHANGED)
+			shard_recover(m, i, SHARD_CHANGED);
+		return 0;
+	}
+	if (rc != -ESTALE && rc != -EIO)
+		rc = -EIO;
+	shard_fail(m, i, SHARD_CHANGED, rc, false, err.msg[0] ? err.msg : shard_file(m, i));
+	return rc;
+}
+
+bool placefs_mount_shard_healthy(const struct placefs_mount *m, uint32_t i)
+{
+	return atomic_load_explicit(&m->health[i].state, memory_order_relaxed) == SHARD_OK;
+}
+
+const uint8_t *placefs_mount_shard_map(const struct placefs_mount *m, uint32_t i)
+{
+	if (!m->maps || !m->maps[i] ||
+	    atomic_load_explicit(&m->health[i].no_map, memory_order_relaxed))
+		return NULL;
+	return m->maps[i];
+}
+
+void placefs_mount_shard_read_failed(struct placefs_mount *m, uint32_t i, uint64_t pos, int errnum)
+{
+	char msg[512];
+
+	/* A short read means the shard shrank: never answer with fewer bytes. */
+	snprintf(msg, sizeof(msg), "shard '%s': %s at byte %llu", shard_file(m, i),
+	         errnum ? strerror(errnum) : "short read", (unsigned long long)pos);
+	shard_fail(m, i, SHARD_IOERR, -EIO, false, msg);
+}
+
+/*
+ * The reader already got EIO, and libfuse has printed "fuse: writing device:
+ * Bad address": a message the daemon cannot avoid once the reply is sent. So
+ * that a failing source does not print it for every request, the shard is
+ * served with pread from now on, where the daemon sees the error itself and
+ * replies EIO quietly.
+ */
+void placefs_mount_shard_map_failed(struct placefs_mount *m, uint32_t i, uint64_t pos, int rc)
+{
+	char msg[512];
+	bool first;
+
+	if (rc != -EFAULT)
+		return; /* ENOENT: the request was interrupted; the shard is not at fault */
+	first = atomic_exchange(&m->health[i].no_map, 1) == 0;
+	snprintf(msg, sizeof(msg),
+	         "shard '%s': replying from its mapping failed at byte %llu (%s: it shrank or "
+	         "cannot be read)%s",
+	         shard_file(m, i), (unsigned long long)pos, strerror(-rc),
+	         first ? "; serving it with pread from now on" : "");
+	shard_fail(m, i, SHARD_IOERR, -EIO, first, msg);
+}
+
+/* ---- readahead ------------------------------------------------------------------ */
+
+void placefs_mount_tune_readahead(struct placefs_mount *m)
+{
+	char path[96], val[32];
+	uint64_t ra = m->opts->readahead;
+	int fd, n, rc;
+
+	if (atomic_load_explicit(&m->bdi_tuned, memory_order_relaxed) ||
+	    atomic_exchange(&m->bdi_tuned, 1))
+		return;
+	if (ra == 0 || m->bdi[0] == '\0')
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", m->bdi);
+	n = snprintf(val, sizeof(val), "%llu\n", (unsigned long long)(ra + 1023) / 1024);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		rc = placefs_io_write_full(fd, val, (size_t)n);
+		close(fd);
+	} else {
+		rc = -errno;
+	}
+	if (rc == 0)
+		placefs_log(LOG_INFO, "readahead set to %llu KiB (%s)",
+		            (unsigned long long)(ra + 1023) / 1024, path);
+	else
+		placefs_log(LOG_NOTICE, "cannot set readahead through %s (%s); kernel default kept",
+		            path, strerror(-rc));
+}
+
+/* ---- life cycle ------------------------------------------------------------------ */
+
+int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
+                       struct placefs_ckpt *ckpt, struct placefs_plan *plan,
+                       struct placefs_error *err)
+{
+	size_t i;
+
+	m->opts = opts;
+	m->ckpt = ckpt;
+	m->plan = plan;
+	m->started_ns = placefs_clock_ns();
+	m->check_reads = getenv("PLACEFS_TEST_SKIP_READ_CHECK") == NULL;
+	atomic_init(&m->bdi_tuned, 0);
+	m->nshards = placefs_ckpt_shard_count(ckpt);
+	m->health = calloc(m->nshards ? m->nshards : 1, sizeof(*m->health));
+	if (!m->health)
+		goto nomem;
+	for (i = 0; i < m->nshards; i++) {
+		struct placefs_shard_health *h = &m->health[i];
+
+		atomic_init(&h->state, SHARD_OK);
+		atomic_init(&h->no_map, 0);
+		atomic_init(&h->fail_ns, 0);
+		atomic_init(&h->fails, 0);
+		if (pthread_mutex_init(&h->log_lock, NULL) != 0) {
+			/* Only the locks made so far are destroyed. */
+			m->nshards = i;
+			goto nomem;
+		}
+	}
+	placefs_stats_table_zero(counter_rows, PLACEFS_STATS_ROWS(counter_rows),
+	                         (void *const[]){&m->ctr});
+	atomic_init(&m->next_fh, 0);
+
+	if (opts->read_mode == PLACEFS_READ_MMAP) {
+		m->maps = calloc(m->nshards ? m->nshards : 1, sizeof(*m->maps));
+		m->map_len = calloc(m->nshards ? m->nshards : 1, sizeof(*m->map_len));
+		if (!m->maps || !m->map_len)
+			goto nomem;
+		for (i = 0; i < m->nshards; i++) {
+			const struct placefs_shard *s = placefs_ckpt_shard(ckpt, i);
+			void *p = MAP_FAILED;
+
+			if (s->size <= SIZE_MAX)
+				p = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
+			if (p == MAP_FAILED) {
+				/* A source that cannot be mapped is still served, with pread. */
+				placefs_log(LOG_WARNING,
+				            "shard '%s' cannot be mapped (%s); "
+				            "serving it with pread",
+				            s->file,
+				            s->size > SIZE_MAX ? "too large" : strerror(errno));
+				continue;
+			}
+			m->maps[i] = p;
+			m->map_len[i] = (size_t)s->size;
+		}
+	}
+	return 0;
+nomem:
+	return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+}
+
+int placefs_mount_make_tree(struct placefs_mount *m, const char *plan_note,
+                            struct placefs_error *err)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	return placefs_vtree_create(m->ckpt, m->plan, m->opts->source, plan_note, getuid(),
+	                            getgid(), now, &m->vt, err);
+}
+
+void placefs_mount_release(struct placefs_mount *m)
+{
+	size_t i;
+
+	if (!m)
+		return;
+	if (m->maps) {
+		for (i = 0; i < m->nshards; i++)
+			if (m->maps[i])
+				munmap((void *)m->maps[i], m->map_len[i]);
+	}
+	for (i = 0; m->health && i < m->nshards; i++) {
+		struct placefs_shard_health *h = &m->health[i];
+		static const char *const names[] = {"ok", "changed", "failing reads"};
+		int st = atomic_load(&h->state);
+
+		/* What the rate limit held back is summarized, so the log ends telling the truth. */
+		if (h->suppressed)
+			placefs_log(LOG_NOTICE,
+			            "shard '%s': %llu line%s about it not logged (rate limit); "
+			            "its state at the end: %s",
+			            shard_file(m, (uint32_t)i), (unsigned long long)h->suppressed,
+			            h->suppressed == 1 ? "" : "s",
+			            st >= 0 && st <= 2 ? names[st] : "?");
+		pthread_mutex_destroy(&h->log_lock);
+	}
+	free(m->maps);
+	free(m->map_len);
+	free(m->health);
+	placefs_vtree_free(m->vt);
+	m->maps = NULL;
+	m->map_len = NULL;
+	m->health = NULL;
+	m->vt = NULL;
+}
+
+/* ---- stats --------------------------------------------------------------------- */
+
+void placefs_mount_stats(const struct placefs_mount *m, struct placefs_stats *w)
+{
+	struct placefs_plan_totals t;
+	size_t i;
+
+	placefs_stats_table(w, counter_rows, PLACEFS_STATS_ROWS(counter_rows),
+	                    (const void *const[]){&m->ctr});
+	placefs_plan_totals(m->plan, &t);
+	placefs_stats_begin(w, "tensors");
+	placefs_stats_u64(w, "gpu", t.count[PLACEFS_PLACE_GPU]);
+	placefs_stats_u64(w, "cpu", t.count[PLACEFS_PLACE_CPU]);
+	placefs_stats_end(w);
+	placefs_stats_string(w, "read_mode",
+	                     m->opts->read_mode == PLACEFS_READ_MMAP ? "mmap" : "pread");
+	placefs_stats_seconds(w, "uptime_s", (double)(placefs_clock_ns() - m->started_ns) / 1e9);
+	placefs_stats_begin_array(w, "stale_shards");
+	for (i = 0; i < m->nshards; i++)
+		if (!placefs_mount_shard_healthy(m, (uint32_t)i))
+			placefs_stats_string(w, NULL, shard_file(m, (uint32_t)i));
+	placefs_stats_end(w);
+}

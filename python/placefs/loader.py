@@ -1,0 +1,456 @@
+# SPDX-License-Identifier: MIT
+"""load_state_dict() and load(): every tensor of a mount, in checkpoint order.
+
+cpu-placed tensors are read through the mount; gpu-placed ones travel
+through the daemon's staging ring, in copy mode (into one shm object or one
+CUDA allocation of this process) or in borrow mode (leased, copied out,
+released). Results are torch tensors when torch is importable, else
+PlacedTensor objects. doc/PYTHON.md describes the paths and their results.
+"""
+
+import errno as _errno
+import mmap
+import os
+import secrets
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+from . import _torch
+from ._ioctl import BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, Destination, stage
+from ._util import warn_once
+from .mount import Mount, _read_file
+
+# safetensors dtype -> numpy dtype name; missing: raw uint8.
+_NUMPY_DTYPES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
+    "F16": "float16", "I32": "int32", "U32": "uint32", "F32": "float32", "C64": "complex64",
+    "F64": "float64", "I64": "int64", "U64": "uint64",
+}
+
+
+class PlacedTensor:
+    """A loaded tensor without torch: metadata plus its bytes.
+
+    `data` holds the payload bytes exactly as the checkpoint stores them
+    (little-endian, row-major); numpy() views them as a numpy array of the
+    right dtype and shape when numpy is importable (dtypes numpy lacks, such
+    as BF16 and the F8/F6/F4 formats, come back as a flat uint8 array).
+    """
+
+    __slots__ = ("name", "dtype", "shape", "placement", "device", "data")
+
+    def __init__(self, name, dtype, shape, placement, device, data):
+        self.name = name
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self.placement = placement
+        self.device = device
+        self.data = data
+
+    @property
+    def nbytes(self):
+        return len(self.data)
+
+    def numpy(self):
+        import numpy as np
+        npname = _NUMPY_DTYPES.get(self.dtype)
+        if npname is None:
+            return np.frombuffer(self.data, dtype=np.uint8)
+        a = np.frombuffer(self.data, dtype=np.dtype(npname).newbyteorder("<"))
+        return a.reshape(self.shape)
+
+    def __repr__(self):
+        return "PlacedTensor(%r, %s, shape=%r, placement=%s, device=%s, %d bytes)" % (
+            self.name, self.dtype, self.shape, self.placement, self.device, len(self.data))
+
+
+def _parse_device(device):
+    """('cpu', None) or ('cuda', index) for "cpu", "cuda", "cuda:N" or a torch.device."""
+    if device is None:
+        return "cpu", None
+    s = str(device)
+    if s == "cpu":
+        return "cpu", None
+    if s == "cuda":
+        torch = _torch.get()
+        idx = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() \
+            else 0
+        return "cuda", idx
+    if s.startswith("cuda:") and s[5:].isdigit() and s[5:].isascii():
+        return "cuda", int(s[5:])
+    raise ValueError("device must be 'cpu', 'cuda' or 'cuda:N', got %r" % (device,))
+
+
+def copy_mode_from_env():
+    """'copy' or 'borrow' from INSTANTTENSOR_COPY ("1"/unset: copy, "0": borrow)."""
+    v = os.environ.get("INSTANTTENSOR_COPY")
+    if v is None or v == "1":
+        return "copy"
+    if v == "0":
+        return "borrow"
+    raise ValueError("INSTANTTENSOR_COPY must be 0 or 1, got '%s'" % v)
+
+
+def _align(n, a):
+    return (n + a - 1) // a * a
+
+
+class _ShmDest:
+    """A POSIX shm object of this process, mapped read-write: a copy-mode destination."""
+
+    def __init__(self, size):
+        self.size = max(size, mmap.PAGESIZE)
+        self.name = None
+        for _ in range(16):
+            name = "/placefs-py-%d-%s" % (os.getpid(), secrets.token_hex(6))
+            try:
+                fd = os.open("/dev/shm" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL |
+                             getattr(os, "O_CLOEXEC", 0), 0o600)
+            except FileExistsError:
+                continue
+            self.name = name
+            break
+        else:
+            raise OSError(_errno.EEXIST, "cannot create a unique shm name in /dev/shm")
+        try:
+            os.ftruncate(fd, self.size)
+            self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED,
+                                mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            self.unlink()
+            raise
+        os.close(fd)
+
+    def dest(self, offset):
+        return Destination.shm(self.name, offset, self.size)
+
+    def unlink(self):
+        """Removes the name; the memory lives on while mapped (here and in the daemon)."""
+        if self.name is not None:
+            try:
+                os.unlink("/dev/shm" + self.name)
+            except FileNotFoundError:
+                pass
+            self.name = None
+
+
+def _run_all(pool, fn, items):
+    """fn over items on the pool; waits for every call before raising the first error.
+
+    Memory handed to the daemon must not be freed or reused while any stage
+    into it may still run, so an error never cuts the waiting short.
+    """
+    futs = [pool.submit(fn, x) for x in items]
+    out, first = [], None
+    for f in futs:
+        try:
+            out.append(f.result())
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+    return out
+
+
+class LoadReport:
+    """Counts, bytes and seconds of one load, per placement ("gpu", "cpu")."""
+
+    def __init__(self, mountpoint, mode, device, ring):
+        self.mountpoint = mountpoint
+        self.mode = mode
+        self.device = device
+        self.ring = ring
+        self.count = {"gpu": 0, "cpu": 0}
+        self.bytes = {"gpu": 0, "cpu": 0}
+        self.seconds = {"gpu": 0.0, "cpu": 0.0}
+        self.stage_ns = {"wait_ns": 0, "read_ns": 0, "copy_ns": 0, "total_ns": 0}
+        self.prefetched = 0
+        self.gpu_path = None  # how gpu-placed tensors travelled
+        self.total_seconds = 0.0
+
+    def summary(self):
+        def rate(b, s):
+            return "%.2f GB/s" % (b / s / 1e9) if s > 0 else "- GB/s"
+        tb = self.bytes["gpu"] + self.bytes["cpu"]
+        tc = self.count["gpu"] + self.count["cpu"]
+        lines = ["%s: %d tensors, %d bytes in %.3f s (%s); mode %s, device %s, ring %s" % (
+            self.mountpoint, tc, tb, self.total_seconds, rate(tb, self.total_seconds),
+            self.mode, self.device, self.ring)]
+        for pl in ("gpu", "cpu"):
+            how = self.gpu_path if pl == "gpu" else "read through the mount"
+            lines.append("  %s: %d tensors, %d bytes, %.3f s, %s (%s)" % (
+                pl, self.count[pl], self.bytes[pl], self.seconds[pl],
+                rate(self.bytes[pl], self.seconds[pl]), how or "none"))
+        if self.count["gpu"] and self.stage_ns["total_ns"]:
+            lines.append("  daemon: wait %.3f s, read %.3f s, copy %.3f s, total %.3f s; "
+                         "%d prefetched" % tuple([self.stage_ns[k] / 1e9 for k in (
+                             "wait_ns", "read_ns", "copy_ns", "total_ns")] + [self.prefetched]))
+        return "\n".join(lines)
+
+
+class _Loader:
+    """One load of a mount: results in checkpoint order plus the raw bytes for --verify."""
+
+    def __init__(self, mountpoint, device, mode, workers, timeout_ns):
+        self.mount = mountpoint if isinstance(mountpoint, Mount) else Mount(mountpoint)
+        self.mode = copy_mode_from_env() if mode is None else mode
+        if self.mode not in ("copy", "borrow"):
+            raise ValueError("mode must be 'copy' or 'borrow', got %r" % (self.mode,))
+        self.dev_kind, self.dev_index = _parse_device(device)
+        self.workers = max(1, int(workers))
+        self.timeout_ns = timeout_ns
+        self.torch = _torch.get()
+        self.raw = {}  # name -> flat uint8 (torch tensor, bytes or bytearray)
+        self.out = {}
+        self.report = None
+        self._lock = threading.Lock()
+
+    # Results ---------------------------------------------------------------------------
+
+    def _finish(self, t, raw, device):
+        """Turns t's flat bytes (bytes-like or a uint8 torch tensor) into the result."""
+        torch = self.torch
+        if torch is None:
+            data = raw if isinstance(raw, bytes) else bytes(raw)
+            self.raw[t.name] = data
+            self.out[t.name] = PlacedTensor(t.name, t.dtype, t.shape, t.placement, device, data)
+            return
+        if not isinstance(raw, torch.Tensor):
+            if len(raw) == 0:
+                raw = torch.empty(0, dtype=torch.uint8)
+            else:
+                with warnings.catch_warnings():
+                    # A read-only buffer (bytes) draws a warning; results are ours alone.
+                    warnings.simplefilter("ignore")
+                    raw = torch.frombuffer(raw, dtype=torch.uint8)
+        self.raw[t.name] = raw
+        self.out[t.name] = _torch.typed(torch, t, raw)
+
+    # CPU-placed ------------------------------------------------------------------------
+
+    def _read_one(self, t):
+        buf = _read_file(t.path, t.nbytes, "tensor %r (%s)" % (t.name, t.path))
+        return t, buf
+
+    def _load_cpu(self, tensors, pool):
+        for t, buf in pool.map(self._read_one, tensors):
+            self._finish(t, buf, "cpu")
+
+    # GPU-placed ------------------------------------------------------------------------
+
+    def _account(self, r):
+        with self._lock:
+            for k, v in r.timings.items():
+                self.report.stage_ns[k] += v
+            if r.prefetched:
+                self.report.prefetched += 1
+
+    def _stage_copy_one(self, t, dest):
+        fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            r = stage(fd, "copy", dest, self.timeout_ns, what="tensor %r" % t.name)
+        finally:
+            os.close(fd)
+        if r.nbytes != t.nbytes:
+            raise OSError(_errno.EPROTO, "tensor %r: the daemon staged %d bytes, the plan "
+                          "says %d" % (t.name, r.nbytes, t.nbytes))
+        self._account(r)
+        return r
+
+    def _layout(self, tensors, align):
+        offs, pos = [], 0
+        for t in tensors:
+            pos = _align(pos, align)
+            offs.append(pos)
+            pos += t.nbytes
+        return offs, pos
+
+    def _gpu_copy_shm(self, tensors, pool, device):
+        """Copy mode into one shm object of this process (host results)."""
+        offs, total = self._layout(tensors, 256)
+        shm = _ShmDest(total)
+        try:
+            _run_all(pool, lambda a: self._stage_copy_one(a[0], shm.dest(a[1])),
+                     [(t, o) for t, o in zip(tensors, offs) if t.nbytes])
+        finally:
+            shm.unlink()
+        mem = memoryview(shm.mm)
+        if self.torch is not None:
+            # The results are views of the mapping; torch keeps it alive.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
+            for t, o in zip(tensors, offs):
+                self._finish(t, flat[o:o + t.nbytes], device)
+            mem.release()
+        else:
+            for t, o in zip(tensors, offs):
+                self._finish(t, bytes(mem[o:o + t.nbytes]), device)
+            mem.release()
+            shm.mm.close()
+
+    def _gpu_copy_cuda(self, tensors, pool):
+        """Copy mode into one flat CUDA buffer of this process, shared by IPC handle."""
+        torch = self.torch
+        dev = torch.device("cuda", self.dev_index)
+        offs, total = self._layout(tensors, 256)
+        buf = torch.empty(max(total, 1), dtype=torch.uint8, device=dev)
+        # The daemon writes through its own mapping: nothing of ours may be
+        # pending on the buffer when it does.
+        torch.cuda.synchronize(dev)
+        with _torch.cuda_ipc_export(buf) as (handle, storage_off, storage_bytes):
+            # The handle is of the base of the allocator's segment; the
+            # storage sits storage_off bytes into it.
+            size = storage_off + storage_bytes
+            _run_all(pool, lambda a: self._stage_copy_one(
+                a[0], Destination.cuda_ipc(handle, storage_off + a[1], size)),
+                [(t, o) for t, o in zip(tensors, offs) if t.nbytes])
+        for t, o in zip(tensors, offs):
+            self._finish(t, buf[o:o + t.nbytes], str(dev))
+
+    def _gpu_borrow(self, tensors, pool, device):
+        """Borrow mode: lease each tensor, copy it out of the ring, release."""
+        torch = self.torch
+        ring = self.mount._ring_map()
+        to_cuda = ring.kind == "cuda" and torch is not None and self.dev_kind == "cuda"
+        if ring.kind == "host" or (ring.kind == "cuda" and not to_cuda):
+            offs, total = self._layout(tensors, 64)
+            flat = bytearray(total)
+            fmv = memoryview(flat)
+        dev = torch.device("cuda", self.dev_index) if to_cuda else None
+
+        def one(a):
+            t, o = a
+            if t.nbytes == 0:
+                return t.name, None
+            with self.mount.borrow(t.name, self.timeout_ns) as b:
+                self._account(b.result)
+                if to_cuda:
+                    # Clone while the lease holds, and wait for the copy: the
+                    # ring span is reused as soon as it is released.
+                    with torch.cuda.device(dev):
+                        owned = b.view.to(dev, copy=True)
+                        torch.cuda.current_stream(dev).synchronize()
+                    return t.name, owned
+                b.copy_to(fmv[o:o + t.nbytes])
+                return t.name, None
+
+        args = list(zip(tensors, offs)) if not to_cuda else [(t, 0) for t in tensors]
+        got = dict(_run_all(pool, one, args))
+        if to_cuda:
+            for t in tensors:
+                v = got[t.name]
+                if v is None:
+                    v = torch.empty(0, dtype=torch.uint8, device=dev)
+                self._finish(t, v, str(dev))
+            return
+        if torch is not None:
+            base = torch.frombuffer(flat, dtype=torch.uint8) if len(flat) else None
+            for t, o in zip(tensors, offs):
+                self._finish(t, base[o:o + t.nbytes] if base is not None else b"", device)
+        else:
+            for t, o in zip(tensors, offs):
+                self._finish(t, bytes(fmv[o:o + t.nbytes]), device)
+        fmv.release()
+
+    def _gpu_unstaged(self, tensors, pool, device):
+        """Staging disabled (-o device=none): read gpu-placed tensors like cpu ones."""
+        torch = self.torch
+        for t, buf in pool.map(self._read_one, tensors):
+            if device != "cpu":
+                raw = torch.frombuffer(buf, dtype=torch.uint8) if len(buf) else \
+                    torch.empty(0, dtype=torch.uint8)
+                buf = raw.to(device)
+            self._finish(t, buf, device)
+
+    def run(self):
+        m = self.mount
+        gpu = [t for t in m.tensors if t.placement == "gpu"]
+        cpu = [t for t in m.tensors if t.placement == "cpu"]
+        ri = m.ring_info() if gpu else None
+        ring = "unused"
+        if ri is not None:
+            ring = "%s %d bytes" % (ri.backend_name if ri.backend != BACKEND_CUDA
+                                    else "cuda:%d" % ri.device, ri.ring_bytes)
+        # Where gpu-placed results live: a host ring (or device='cpu') gives
+        # host memory; a CUDA ring with device cuda:N gives that device.
+        cuda_ok = self.torch is not None and self.dev_kind == "cuda"
+        if ri is None or ri.backend == BACKEND_HOST or self.dev_kind == "cpu":
+            gdev = "cpu"
+        elif ri.backend == BACKEND_CUDA:
+            if self.torch is None:
+                raise RuntimeError("%s stages on cuda:%d: device cuda:%d needs torch; without "
+                                   "torch pass device='cpu'" % (m.mountpoint, ri.device,
+                                                                 self.dev_index))
+            gdev = "cuda:%d" % self.dev_index
+        else:
+            gdev = "cuda:%d" % self.dev_index if cuda_ok and self.torch.cuda.is_available() \
+                else "cpu"
+        self.report = LoadReport(m.mountpoint, self.mode, gdev, ring)
+        t_all = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            t0 = time.perf_counter()
+            if gpu:
+                if ri.backend == BACKEND_NONE:
+                    warn_once("none", "%s: staging is disabled on this mount (-o device=none): "
+                              "gpu-placed tensors are read through the mount" % m.mountpoint)
+                    self.report.gpu_path = "staging disabled: read through the mount"
+                    self._gpu_unstaged(gpu, pool, gdev)
+                elif ri.backend not in (BACKEND_HOST, BACKEND_CUDA):
+                    raise RuntimeError("%s: unknown staging backend %d" % (m.mountpoint,
+                                                                           ri.backend))
+                elif self.mode == "borrow":
+                    self.report.gpu_path = "borrowed from the ring, copied, released"
+                    self._gpu_borrow(gpu, pool, gdev)
+                elif gdev == "cpu":
+                    self.report.gpu_path = "staged into a shm destination"
+                    self._gpu_copy_shm(gpu, pool, gdev)
+                else:
+                    self.report.gpu_path = "staged into a CUDA IPC destination"
+                    self._gpu_copy_cuda(gpu, pool)
+            t1 = time.perf_counter()
+            if cpu:
+                self._load_cpu(cpu, pool)
+            t2 = time.perf_counter()
+        self.report.seconds["gpu"] = t1 - t0
+        self.report.seconds["cpu"] = t2 - t1
+        self.report.total_seconds = time.perf_counter() - t_all
+        for t in m.tensors:
+            self.report.count[t.placement] += 1
+            self.report.bytes[t.placement] += t.nbytes
+        # Checkpoint order.
+        return {t.name: self.out[t.name] for t in m.tensors}
+
+
+def load(mountpoint, device="cuda:0", mode=None, workers=4, timeout_ns=0):
+    """Like load_state_dict(), but returns (state_dict, LoadReport)."""
+    ld = _Loader(mountpoint, device, mode, workers, timeout_ns)
+    try:
+        sd = ld.run()
+    finally:
+        if not isinstance(mountpoint, Mount):
+            ld.mount.close()
+    # Only the caller's dict may keep the results (and their buffers) alive.
+    ld.raw.clear()
+    ld.out.clear()
+    return sd, ld.report
+
+
+def load_state_dict(mountpoint, device="cuda:0", mode=None, workers=4, timeout_ns=0):
+    """Every tensor of a placefs mount, as a dict name -> tensor in checkpoint order.
+
+    cpu-placed tensors are read through the mount on the CPU. gpu-placed ones
+    are staged through the daemon's ring: onto `device` ("cuda:N") when the
+    mount stages on CUDA and torch is importable, into host memory when the
+    mount's backend is "host" or device is "cpu". mode is "copy" (the daemon
+    writes into memory of this process) or "borrow" (each tensor is leased in
+    the ring, copied out and released); None reads INSTANTTENSOR_COPY ("1" or
+    unset: copy, "0": borrow, anything else: ValueError). Values are torch
+    tensors when torch is importable, else PlacedTensor objects. `workers`
+    tensors are in flight at once.
+    """
+    return load(mountpoint, device, mode, workers, timeout_ns)[0]
