@@ -378,7 +378,11 @@ int main(int argc, char *argv[])
 	if (!m.check_reads)
 		placefs_log(LOG_WARNING, "PLACEFS_TEST_SKIP_READ_CHECK is set: reads do not "
 		                         "verify their shard first (testing only)");
-	/* The "staging:" line comes last: tests/lib.sh waits for it. */
+	/*
+	 * Every start-up line is written (stderr is unbuffered) before run_loop()
+	 * answers the first request: tests/lib.sh takes a readable .placefs/stats
+	 * to mean "mounted, and the start-up log complete".
+	 */
 	log_summary(&m, &opts);
 	placefs_ioctl_log(m.stage);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * install-client: a client built the way a user builds one, against the
- * installed placefs/client.h and libplacefs.a through pkg-config (make
+ * installed placefs/client.h and libplacefs-client.a through pkg-config (make
  * installcheck). It includes nothing of the build tree, not even config.h.
  * Exits 0 when the calls that need no mount behave as documented.
  */
@@ -43,6 +43,6 @@ int main(void)
 		fprintf(stderr, "install-client: dest_create without staging did not say ENODEV\n");
 		return 1;
 	}
-	printf("install-client: placefs/client.h and libplacefs.a work as installed\n");
+	printf("install-client: placefs/client.h and libplacefs-client.a work as installed\n");
 	return 0;
 }

@@ -269,12 +269,9 @@ mount_fs multi "$MP" -o buffer_size=2M,device=host
 "$PYTHON" - "$MP" >gpu.order <<'EOF' || fail "plan.json"
 import json, os, sys
 p = json.load(open(os.path.join(sys.argv[1], ".placefs", "plan.json")))
-def encode(name):
-    out = name.replace("%", "%25").replace("/", "%2F")
-    return "%2E" + out[1:] if out.startswith(".") else out
 for t in p["tensors"]:
     if t["placement"] == "gpu":
-        print(os.path.join(sys.argv[1], encode(t["name"])))
+        print(os.path.join(sys.argv[1], t["filename"]))
 EOF
 ngpu=$(wc -l <gpu.order)
 [ "$ngpu" -gt 40 ] || fail "multi: only $ngpu gpu tensors"
@@ -347,7 +344,7 @@ mnt = sys.argv[1]
 p = json.load(open(os.path.join(mnt, ".placefs", "plan.json")))
 assert p["buffer_size"] == 2000000 and p["ring_bytes"] == 6000640, (p["buffer_size"], p["ring_bytes"])
 gpu = [t for t in p["tensors"] if t["placement"] == "gpu"]
-with open(os.path.join(mnt, placefs.encode_name(gpu[0]["name"])), "rb") as f:
+with open(os.path.join(mnt, gpu[0]["filename"]), "rb") as f:
     ri = placefs.ring_info(f)
 assert ri.ring_bytes == 6000640, ri
 EOF

@@ -18,7 +18,6 @@ TEST_TIMEOUT=${TEST_TIMEOUT:-150}
 require_fuse
 
 PYDIR=$top_srcdir/tests/py
-LOADER=$top_srcdir/python/placefs/__init__.py
 PYTHONPATH=$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}
 # The module must work with the standard library alone: that is what is tested.
 PLACEFS_NO_TORCH=1
@@ -42,18 +41,18 @@ tmo 20 "$MKCKPT" -q --seed 7 --tensor 'small:F32:262144' --tensor 'large:F32:235
 mount_fs seed.safetensors "$MP" -o buffer_size=8388608,device=host
 tmo 60 $T seed "$MP" seed.safetensors 8388608 || fail "seed scenario"
 for mode in copy borrow; do
-	out=$(tmo 30 "$PYTHON" "$LOADER" "$MP" --device cpu --mode $mode --verify) ||
-		fail "placefs.py --mode $mode --verify: $out"
+	out=$(tmo 30 "$PYTHON" -m placefs "$MP" --device cpu --mode $mode --verify) ||
+		fail "placefs-load --mode $mode --verify: $out"
 	note "$(echo "$out" | head -n 1)"
 	echo "$out" | grep -q '^  gpu: 1 tensors, 1048576 bytes' || fail "summary (gpu): $out"
 	echo "$out" | grep -q '^  cpu: 1 tensors, 9437184 bytes' || fail "summary (cpu): $out"
 	echo "$out" | grep -q '^verify: 2 of 2 tensors byte-exact$' || fail "verify line: $out"
 done
-out=$(INSTANTTENSOR_COPY=maybe tmo 30 "$PYTHON" "$LOADER" "$MP" 2>&1) &&
-	fail "placefs.py accepted INSTANTTENSOR_COPY=maybe"
+out=$(INSTANTTENSOR_COPY=maybe tmo 30 "$PYTHON" -m placefs "$MP" 2>&1) &&
+	fail "placefs-load accepted INSTANTTENSOR_COPY=maybe"
 echo "$out" | grep -q "INSTANTTENSOR_COPY must be 0 or 1, got 'maybe'" ||
 	fail "INSTANTTENSOR_COPY=maybe: $out"
-out=$(INSTANTTENSOR_COPY=0 tmo 30 "$PYTHON" "$LOADER" "$MP") || fail "INSTANTTENSOR_COPY=0"
+out=$(INSTANTTENSOR_COPY=0 tmo 30 "$PYTHON" -m placefs "$MP") || fail "INSTANTTENSOR_COPY=0"
 echo "$out" | grep -q 'mode borrow' || fail "INSTANTTENSOR_COPY=0 did not borrow: $out"
 umount_fs "$MP"
 
@@ -74,8 +73,8 @@ tmo 20 "$MKCKPT" -q --seed 9 --tensor '.hidden/x%y:F16:3x5' --tensor 'scalar:F64
 	--random 40 --max-bytes 48K --shards 3 --index mixed || fail "mkckpt mixed"
 mount_fs mixed "$MP" -o buffer_size=16K,device=host
 tmo 60 $T mixed "$MP" mixed 16384 || fail "mixed scenario"
-out=$(tmo 30 "$PYTHON" "$LOADER" "$MP" --device cpu --mode borrow --verify --workers 3) ||
-	fail "placefs.py --verify on the mixed mount: $out"
+out=$(tmo 30 "$PYTHON" -m placefs "$MP" --device cpu --mode borrow --verify --workers 3) ||
+	fail "placefs-load --verify on the mixed mount: $out"
 umount_fs "$MP"
 
 # ---- staging disabled, and a checkpoint with nothing to stage -----------------------------------

@@ -29,6 +29,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "io.h"
+
 static unsigned long checks, failures;
 static const char *mnt, *source;
 static int source_is_dir;
@@ -108,23 +110,16 @@ static char *get_xattr(const char *path, const char *name)
 	return v;
 }
 
+/* The whole range unless EOF comes first (lib/io.h); *got is what was read. */
 static int read_all_at(int fd, void *buf, size_t len, off_t off, size_t *got)
 {
-	size_t done = 0;
+	ssize_t r = placefs_io_pread_full(fd, buf, len, (uint64_t)off);
 
-	while (done < len) {
-		ssize_t r = pread(fd, (char *)buf + done, len - done, off + (off_t)done);
-
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (r == 0)
-			break;
-		done += (size_t)r;
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
 	}
-	*got = done;
+	*got = (size_t)r;
 	return 0;
 }
 

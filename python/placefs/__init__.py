@@ -31,32 +31,19 @@ Modules, from the bottom (everything public is re-exported here):
 See doc/PYTHON.md for the details and the rules each error names.
 """
 
-if __name__ == "__main__" and not __package__:  # pragma: no cover - compatibility
-    # Run as a file (python3 python/placefs/__init__.py MOUNTPOINT ...), the
-    # way the single-file tools/placefs.py was run: import the package from
-    # the directory above this one and run its command line.
-    import os as _os
-    import sys as _sys
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    if _sys.path and _os.path.abspath(_sys.path[0] or ".") == _here:
-        del _sys.path[0]
-    _sys.path.insert(0, _os.path.dirname(_here))
-    from placefs.cli import main as _main
-    _sys.exit(_main())
-
 # The public names, plus the few internals tests/py/loader_test.py checks against the
 # C header (the struct formats, _iowr) and the device parser it probes.
-from ._ioctl import (  # noqa: E402
+from ._ioctl import (
     BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, CUDA_IPC_HANDLE_BYTES, HANDLE_CUDA_IPC,
     HANDLE_HOST_SHM, HANDLE_MAX, HANDLE_NONE, IOC_MAGIC, IOC_RELEASE, IOC_RING_INFO,
     IOC_STAGE, IOC_VERSION, RELEASE_SIZE, RING_INFO_SIZE, STAGE_BORROW, STAGE_COPY,
     STAGE_SIZE, STAGED_PREFETCHED, Destination, RingInfo, StageResult, _iow, _iowr,
     _RELEASE_FMT, _RING_INFO_FMT, _STAGE_FMT, release, ring_info, stage)
-from .cli import main  # noqa: E402
-from .loader import (LoadReport, PlacedTensor, _parse_device, copy_mode_from_env,  # noqa: E402
+from .cli import main
+from .loader import (LoadReport, PlacedTensor, _parse_device, copy_mode_from_env,
                      load, load_state_dict)
-from .mount import Borrowed, Mount  # noqa: E402
-from .plan import TensorInfo, encode_name  # noqa: E402
+from .mount import Borrowed, Mount
+from .plan import TensorInfo, encode_name
 
 __all__ = [
     "BACKEND_NONE", "BACKEND_HOST", "BACKEND_CUDA",
