@@ -14,7 +14,7 @@
 
 /*
  * The CUDA backend, plain C against the runtime API (no nvcc). The ring is
- * one cudaMalloc allocation, the bounce chunks one cudaHostAlloc allocation
+ * one cudaMalloc allocation, the bounce chunks one pinned allocation (host_pin())
  * (allocated once: pinning is slow, ~1 s per GiB). Each chunk has its own
  * non-blocking stream and an event recorded after its last copy, so a chunk
  * is reused only once its DMA has finished. Copies out of the ring run on
@@ -54,6 +54,13 @@ struct cuda_priv {
 	cudaEvent_t *zc_events;
 	unsigned zc_fanout;
 	int ro_register; /* cudaDevAttrHostRegisterReadOnlySupported */
+	/*
+	 * How the bounce chunks were pinned: 0 cudaHostAlloc (cudaFreeHost),
+	 * 1 an anonymous mapping registered with cudaHostRegister (unregister,
+	 * munmap). See host_pin_mode().
+	 */
+	int host_registered;
+	size_t host_len; /* the mapping's length when host_registered */
 };
 
 /* Maps a CUDA error to an errno for the caller. */
@@ -141,6 +148,67 @@ static void pairs_destroy(cudaStream_t *streams, cudaEvent_t *events, unsigned n
 	}
 }
 
+/*
+ * Pins the bounce chunks: one cudaHostAlloc allocation (the default,
+ * $PLACEFS_CUDA_HOST_ALLOC=alloc), or with $PLACEFS_CUDA_HOST_ALLOC=register
+ * an anonymous mapping (MADV_HUGEPAGE), faulted in with MADV_POPULATE_WRITE
+ * where the kernel has it and registered with cudaHostRegister. Both give pinned, page-locked memory of exactly
+ * host_buffer_bytes that the copy engine reads at the same rate; they differ
+ * in how long the mount takes to make them (tests/bench/first-pass.sh shows
+ * the mount time of each). -EINVAL for another value.
+ */
+static int host_pin_mode(int *reg, struct placefs_error *err)
+{
+	const char *s = getenv("PLACEFS_CUDA_HOST_ALLOC");
+
+	*reg = 0;
+	if (!s || !*s || strcmp(s, "alloc") == 0)
+		return 0;
+	if (strcmp(s, "register") == 0) {
+		*reg = 1;
+		return 0;
+	}
+	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+	                         "PLACEFS_CUDA_HOST_ALLOC must be alloc or register, got '%s'", s);
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+static cudaError_t host_pin(struct cuda_priv *cp, uint8_t **out, size_t n)
+{
+	cudaError_t e;
+	void *p;
+
+	if (!cp->host_registered)
+		return cudaHostAlloc((void **)out, n, cudaHostAllocDefault);
+	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return cudaErrorMemoryAllocation;
+	(void)madvise(p, n, MADV_HUGEPAGE);
+	(void)madvise(p, n, MADV_POPULATE_WRITE); /* older kernels: the register faults them */
+	e = cudaHostRegister(p, n, cudaHostRegisterDefault);
+	if (e != cudaSuccess) {
+		munmap(p, n);
+		return e;
+	}
+	cp->host_len = n;
+	*out = p;
+	return cudaSuccess;
+}
+
+static void host_unpin(struct cuda_priv *cp, uint8_t *p)
+{
+	if (!cp->host_registered) {
+		cudaFreeHost(p);
+		return;
+	}
+	if (cudaHostUnregister(p) != cudaSuccess)
+		cudaGetLastError();
+	munmap(p, cp->host_len);
+}
+
 static void cuda_release(struct cuda_priv *cp, uint8_t *host_buf)
 {
 	cudaSetDevice(cp->device);
@@ -153,7 +221,7 @@ static void cuda_release(struct cuda_priv *cp, uint8_t *host_buf)
 	free(cp->zc_streams);
 	free(cp->zc_events);
 	if (host_buf)
-		cudaFreeHost(host_buf);
+		host_unpin(cp, host_buf);
 	if (cp->ring)
 		cudaFree(cp->ring);
 	free(cp);
@@ -208,7 +276,7 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 	cudaIpcMemHandle_t h;
 	cudaError_t e;
 	unsigned fanout;
-	int n = 0, rc, zc_spin;
+	int n = 0, rc, zc_spin, host_reg;
 
 	e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {
@@ -230,6 +298,9 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 	rc = zc_knobs(&fanout, &zc_spin, err);
 	if (rc != 0)
 		return rc;
+	rc = host_pin_mode(&host_reg, err);
+	if (rc != 0)
+		return rc;
 	cp = calloc(1, sizeof(*cp));
 	if (!cp)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "cuda: out of memory");
@@ -248,6 +319,7 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 	}
 	cp->nstreams = be->info.nchunks;
 	cp->zc_fanout = fanout;
+	cp->host_registered = host_reg;
 
 	e = cudaSetDevice(device);
 	if (e != cudaSuccess) {
@@ -264,7 +336,7 @@ static int cuda_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       cudaGetErrorString(e));
 		goto fail;
 	}
-	e = cudaHostAlloc((void **)&be->host_buf, be->info.host_buffer_bytes, cudaHostAllocDefault);
+	e = host_pin(cp, &be->host_buf, (size_t)be->info.host_buffer_bytes);
 	if (e != cudaSuccess) {
 		be->host_buf = NULL;
 		cudaGetLastError();

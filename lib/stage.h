@@ -34,8 +34,11 @@
  * the backend's bounce chunks alone (<= host_buffer), plus, with zero-copy,
  * the page cache of the registered shards (below). Neither grows otherwise.
  *
- * Zero-copy (backends with placefs_backend_has_zero_copy(): cuda; the
- * registry is lib/zerocopy.h): the first stage of a tensor of
+ * Zero-copy (backends with placefs_backend_has_zero_copy(): cuda; off
+ * unless the config or $PLACEFS_STAGE_ZERO_COPY=1 turns it on, because its
+ * first pass after a mount is slower than the bounce path and its pinned
+ * memory grows with the checkpoint; the registry is lib/zerocopy.h): the
+ * first stage of a tensor of
  * a shard (identified by st_dev, st_ino) maps the whole shard read-only and
  * registers it with the device (cudaHostRegisterReadOnly, ~34 ms/GiB on
  * ext4, more on tmpfs); from then on the tensors of that shard go straight
@@ -84,8 +87,8 @@ struct placefs_stager_config {
 	uint64_t align; /* 0 = PLACEFS_STAGE_ALIGN_DEFAULT */
 	int prefetch;   /* start the prefetch thread */
 	/*
-	 * Zero-copy staging (backends that support it: cuda): 0 = default, on
-	 * unless $PLACEFS_STAGE_ZERO_COPY is "0" ("1" or unset: on; anything
+	 * Zero-copy staging (backends that support it: cuda): 0 = default, off
+	 * unless $PLACEFS_STAGE_ZERO_COPY is "1" ("0" or unset: off; anything
 	 * else is -EINVAL); > 0 on; < 0 off. See "Zero-copy" below.
 	 */
 	int zero_copy;

@@ -62,8 +62,9 @@ static void fx_close(struct fixture *fx)
 	free(fx->data);
 }
 
-static struct placefs_stager *mk(const char *dev, uint64_t ring, uint64_t hb, unsigned threads,
-                                 int prefetch)
+/* A stager with zero-copy as asked (cfg.zero_copy: 0 default, > 0 on, < 0 off). */
+static struct placefs_stager *mk_zc(const char *dev, uint64_t ring, uint64_t hb, unsigned threads,
+                                    int prefetch, int zero_copy)
 {
 	struct placefs_stager_config cfg = {
 	        .device = tu_device(dev),
@@ -71,6 +72,7 @@ static struct placefs_stager *mk(const char *dev, uint64_t ring, uint64_t hb, un
 	        .host_buffer = hb,
 	        .io_threads = threads,
 	        .prefetch = prefetch,
+	        .zero_copy = zero_copy,
 	};
 	struct placefs_stager *st = NULL;
 	struct placefs_error err;
@@ -79,6 +81,12 @@ static struct placefs_stager *mk(const char *dev, uint64_t ring, uint64_t hb, un
 	ck_assert_msg(placefs_stager_create(&cfg, &st, &err) == 0, "%s", err.msg);
 	ck_assert_ptr_nonnull(st);
 	return st;
+}
+
+static struct placefs_stager *mk(const char *dev, uint64_t ring, uint64_t hb, unsigned threads,
+                                 int prefetch)
+{
+	return mk_zc(dev, ring, hb, threads, prefetch, 0);
 }
 
 /* Maps the exported ring of a host stager read-only. */
@@ -1244,7 +1252,7 @@ START_TEST(test_zero_copy_cuda)
 	if (!have_cuda("test_zero_copy_cuda"))
 		return;
 	fx_open(&fx, 64 * MiB);
-	st = mk("cuda:0", 64 * MiB, 8 * MiB, 2, 1);
+	st = mk_zc("cuda:0", 64 * MiB, 8 * MiB, 2, 1, 1);
 	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		placefs_error_clear(&err);
 		ck_assert_msg(placefs_stager_stage(st, fx.fd, offs[i], sizes[i], NULL, &sp, &err) ==
@@ -1302,7 +1310,7 @@ START_TEST(test_zero_copy_fanout_cuda)
 	for (k = 0; k < sizeof(knobs) / sizeof(knobs[0]); k++) {
 		setenv("PLACEFS_STAGE_ZC_STREAMS", knobs[k][0], 1);
 		setenv("PLACEFS_STAGE_ZC_WAIT", knobs[k][1], 1);
-		st = mk("cuda:0", 64 * MiB, 8 * MiB, 2, 0);
+		st = mk_zc("cuda:0", 64 * MiB, 8 * MiB, 2, 0, 1);
 		for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 			placefs_error_clear(&err);
 			ck_assert_msg(placefs_stager_stage(st, fx.fd, offs[i], sizes[i], NULL, &sp,
@@ -1353,7 +1361,7 @@ START_TEST(test_zero_copy_stale_cuda)
 		return;
 	/* Truncation. */
 	fx_open(&fx, 16 * MiB);
-	st = mk("cuda:0", 16 * MiB, 8 * MiB, 2, 0);
+	st = mk_zc("cuda:0", 16 * MiB, 8 * MiB, 2, 0, 1);
 	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 8 * MiB, 4 * MiB, NULL, &sp, NULL), 0);
 	check_span(st, &sp, &fx, 8 * MiB);
 	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
@@ -1385,7 +1393,7 @@ START_TEST(test_zero_copy_stale_cuda)
 
 	/* Same size, new mtime (as a rewrite in place leaves it). */
 	fx_open(&fx, 4 * MiB);
-	st = mk("cuda:0", 4 * MiB, 8 * MiB, 2, 0);
+	st = mk_zc("cuda:0", 4 * MiB, 8 * MiB, 2, 0, 1);
 	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 0, 4 * MiB, NULL, &sp, NULL), 0);
 	check_span(st, &sp, &fx, 0);
 	ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
@@ -1409,7 +1417,10 @@ START_TEST(test_zero_copy_stale_cuda)
 }
 END_TEST
 
-/* PLACEFS_STAGE_ZERO_COPY=0: the bounce path, on the same device, still correct. */
+/*
+ * PLACEFS_STAGE_ZERO_COPY=0: the bounce path, on the same device, still
+ * correct; unset, zero-copy is off (the default); "1" turns it on.
+ */
 START_TEST(test_zero_copy_off_cuda)
 {
 	struct placefs_stager_stats ss;
@@ -1437,6 +1448,20 @@ START_TEST(test_zero_copy_off_cuda)
 	fx_close(&fx);
 	/* The whole device pass on the bounce path too. */
 	device_pass("cuda:0");
+	unsetenv("PLACEFS_STAGE_ZERO_COPY");
+	/* Unset, zero-copy is off by default too (pinned memory stays within host_buffer). */
+	st = mk("cuda:0", 24 * MiB, 8 * MiB, 2, 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.zero_copy, 0);
+	placefs_stager_zero_copy_note(st, note, sizeof(note));
+	ck_assert_msg(strstr(note, "zero-copy staging is off (the default)") != NULL, "%s", note);
+	placefs_stager_free(st);
+	/* PLACEFS_STAGE_ZERO_COPY=1 turns it on. */
+	setenv("PLACEFS_STAGE_ZERO_COPY", "1", 1);
+	st = mk("cuda:0", 24 * MiB, 8 * MiB, 2, 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.zero_copy, 1);
+	placefs_stager_free(st);
 	unsetenv("PLACEFS_STAGE_ZERO_COPY");
 }
 END_TEST

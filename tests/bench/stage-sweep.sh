@@ -5,8 +5,11 @@
 # x I/O threads (PLACEFS_STAGE_IO_THREADS) x pinned host buffer
 # (-o host_buffer, 16 chunks), copy and borrow mode, placefs-stage --all over
 # the gpu-placed tensors of a Llama-shaped checkpoint in /dev/shm. Each
-# setting gets its own mount and the best of two passes per mode (the first
-# pass after a mount also registers the shards). The pinned host-to-device
+# setting gets its own mount and the best of two passes per mode after an
+# unmeasured first one (warm figures; tests/bench/first-pass.sh measures the
+# first pass after a mount). Zero-copy is off by default: --envs
+# PLACEFS_STAGE_ZERO_COPY=1 measures it (its first pass registers the
+# shards). The pinned host-to-device
 # ceiling (tests/bench/gpu-ref.py, torch) is measured in the same run when
 # torch is there. Needs a CUDA build and a GPU.
 #

@@ -1,0 +1,231 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The first pass after a fresh mount (issue #13), side by side in one run.
+# Needs a CUDA build, a GPU and python3 with torch (for the ceiling and the
+# loader). For every configuration LIMIT:ZC:HB[:THREADS[:VAR=VALUE]] (LIMIT
+# a staging limit or "none"; ZC 0/1 for -o zero_copy, or "-" for the
+# default; HB the -o host_buffer; THREADS sets PLACEFS_STAGE_IO_THREADS, 0
+# or absent = the default; VAR=VALUE one more environment setting of the
+# daemon) it mounts the checkpoint afresh and measures:
+#   - time to the first tensor: from the return of the mount command to the
+#     end of placefs-stage --mode borrow of one small gpu-placed tensor file
+#     (process start included; the tool needs no CUDA context);
+#   - placefs-stage --all --mode copy, the FIRST pass on that mount, then a
+#     second pass (labelled: page cache and registrations warm);
+#   - the daemon's pinned host memory: the bounce buffer (stats
+#     staging.host_buffer_bytes) plus the shard bytes registered for
+#     zero-copy (staging.zero_copy.registered_bytes), and VmLck/VmPin;
+#   - with --verify (default: the first configuration of each zero_copy
+#     value), a third pass with --verify: every byte compared with read().
+# Then load_state_dict(mnt, device="cuda:0") on a fresh mount made by a
+# process that already has CUDA, once per --loader configuration.
+# The pinned host-to-device ceiling (tests/bench/gpu-ref.py) is measured in
+# the same run; every GB/s is printed with its ratio to it.
+#
+#   tests/bench/first-pass.sh [--llama L:H:I:V] [--configs "LIMIT:ZC:HB ..."]
+#                             [--loader "LIMIT:ZC:HB ..."] [--verify all|first|none]
+#
+# Default checkpoint: Llama-3-8B shapes as placefs-mkckpt writes them
+# (32:4096:14336:128256, bf16, 4 shards, index; 17.67 GB) in /dev/shm.
+# Results: stdout and ${OUT:-/tmp}/first-pass.txt; the stats of every mount
+# in ${OUT:-/tmp}/first-pass-stats.txt.
+. "$(dirname "$0")/common.sh"
+llama=32:4096:14336:128256
+configs="512MiB:-:64M 512MiB:1:64M 512MiB:0:128M 512MiB:0:256M 512MiB:0:1G 512MiB:-:64M:8 none:-:64M none:1:64M 128MiB:-:64M"
+loader="512MiB:-:64M 512MiB:1:64M"
+verify=first
+while [ $# -gt 0 ]; do
+	case $1 in
+	--llama) llama=$2; shift ;;
+	--configs) configs=$2; shift ;;
+	--loader) loader=$2; shift ;;
+	--verify) verify=$2; shift ;;
+	*) echo "usage: $0 [--llama L:H:I:V] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
+	esac
+	shift
+done
+out=${OUT:-/tmp}
+res=$out/first-pass.txt
+stats=$out/first-pass-stats.txt
+: >"$res"
+: >"$stats"
+say() {
+	printf '%s\n' "$*" | tee -a "$res"
+}
+gbps_of() {
+	sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p' | head -n 1
+}
+ratio() {
+	python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2]); print('%.2f' % (a/b if b else 0))" "$1" "$2"
+}
+# stat_of MNT KEY.PATH: one value of the mount's .placefs/stats.
+stat_of() {
+	python3 - "$1/.placefs/stats" "$2" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    v = v.get(k, {}) if isinstance(v, dict) else {}
+print(v if not isinstance(v, dict) else "")
+PY
+}
+# mount_opts LIMIT ZC HB: the -o argument of one configuration.
+mount_opts() {
+	_o="device=${BENCH_DEVICE:-cuda:0},host_buffer=$3"
+	[ "$1" = none ] || _o="$_o,buffer_size=$1"
+	[ "$2" = - ] || _o="$_o,zero_copy=$2"
+	printf '%s' "$_o"
+}
+mib() {
+	python3 -c "print('%.0f' % (int('${1:-0}' or 0) / 2**20))"
+}
+
+bench_work=$(mktemp -d /dev/shm/placefs-first.XXXXXX)
+src=$bench_work/ckpt
+mnt=$bench_work/mnt
+bench_mounts=$mnt
+unset INSTANTTENSOR_BUFFER_SIZE
+"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
+total=$(du -sb "$src" | cut -f1)
+say "first-pass bench: $(nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader 2>/dev/null || echo no GPU), $(nproc) cpus"
+say "checkpoint: --llama $llama, 4 shards, $total bytes in /dev/shm"
+# BENCH_DEVICE=host (a dry run of the script without a GPU) skips torch.
+ceil="gbps=0 (no ceiling: BENCH_DEVICE=${BENCH_DEVICE:-})"
+[ "${BENCH_DEVICE:-cuda:0}" = host ] || ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
+say "$ceil"
+ceil_g=$(printf '%s' "$ceil" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+rows=
+seen_zc=
+for c in $configs; do
+	limit=$(printf '%s' "$c" | cut -d: -f1)
+	zc=$(printf '%s' "$c" | cut -d: -f2)
+	hb=$(printf '%s' "$c" | cut -d: -f3)
+	thr=$(printf '%s' "$c" | cut -d: -f4)
+	cenv=$(printf '%s' "$c" | cut -d: -f5)
+	opts=$(mount_opts "$limit" "$zc" "$hb")
+	(
+		if [ -n "$thr" ] && [ "$thr" != 0 ]; then
+			export PLACEFS_STAGE_IO_THREADS="$thr"
+		fi
+		if [ -n "$cenv" ]; then
+			export "${cenv?}"
+		fi
+		mkdir -p "$mnt"
+		# The first small gpu-placed tensor in plan order (a norm), from the plan.
+		if [ "$limit" = none ]; then
+			"$PLAN" --json "$src" >"$bench_work/plan.json"
+		else
+			"$PLAN" --json --buffer-size "$limit" "$src" >"$bench_work/plan.json"
+		fi
+		first_file=$(python3 - "$top/python" "$mnt" "$bench_work/plan.json" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from placefs import TensorInfo
+plan = json.load(open(sys.argv[3]))
+for i, t in enumerate(plan["tensors"]):
+    if t["placement"] == "gpu" and 0 < t["nbytes"] <= (1 << 20):
+        print(TensorInfo(sys.argv[2], i, t).path)
+        break
+PY
+)
+		t0=$(now_ns)
+		"$PLACEFS" -o "$opts" "$src" "$mnt"
+		t1=$(now_ns)
+		until "$PLACEFS_STAGE" --mode borrow -q "$first_file" >/dev/null 2>&1; do
+			[ $(( ($(now_ns) - t1) / 1000000 )) -lt 10000 ] || { echo "bench: first tensor failed" >&2; exit 1; }
+		done
+		t2=$(now_ns)
+		pid=$(bench_daemon_pid "$mnt")
+		first=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+		pinned_after_first=$(awk '/VmLck|VmPin/ {printf "%s%s%s ", $1, $2, $3}' "/proc/$pid/status")
+		second=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+		v=-
+		if [ "$verify" = all ] || { [ "$verify" = first ] && [ "$(cat "$bench_work/seen_$zc" 2>/dev/null)" != 1 ]; }; then
+			echo 1 >"$bench_work/seen_$zc"
+			vout=$("$PLACEFS_STAGE" --all "$mnt" --mode copy --verify -q | tail -n 2)
+			printf '%s\n' "$vout" | grep -q '^verify: \([0-9]*\) of \1 tensors byte-exact' ||
+				{ echo "bench: --verify failed for $c: $vout" >&2; exit 1; }
+			v=ok
+		fi
+		hbb=$(stat_of "$mnt" staging.host_buffer_bytes)
+		regb=$(stat_of "$mnt" staging.zero_copy.registered_bytes)
+		regns=$(stat_of "$mnt" staging.zero_copy.registration_ns)
+		zon=$(stat_of "$mnt" staging.zero_copy.on)
+		nthr=$(stat_of "$mnt" staging.io_threads)
+		chunk=$(stat_of "$mnt" staging.chunk_bytes)
+		{
+			echo "== $c ($opts) threads ${thr:-default} ${cenv:-}"
+			echo "first: $first"
+			echo "second: $second"
+			echo "VmLck/VmPin after the first pass: $pinned_after_first"
+			cat "$mnt/.placefs/stats"
+			echo
+		} >>"$stats"
+		fusermount3 -u "$mnt"
+		fg=$(printf '%s\n' "$first" | gbps_of)
+		sg=$(printf '%s\n' "$second" | gbps_of)
+		printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$limit" "${zc}/${zon:-?}" "$hb" \
+			"$(python3 -c "c=int('${chunk:-0}' or 0); print('%dM' % (c >> 20) if c >= 1 << 20 else '%dK' % (c >> 10))")" "$nthr" "$fg" "$(ratio "$fg" "$ceil_g")" "$sg" "$(ratio "$sg" "$ceil_g")" \
+			"$(python3 -c "print('%.0f' % (($t1-$t0)/1e6))")" "$(python3 -c "print('%.0f' % (($t2-$t1)/1e6))")" \
+			"$(mib "$hbb")+$(mib "$regb")" "$(python3 -c "print('%.2f' % (int('${regns:-0}' or 0)/1e9))")" "$v" \
+			>>"$bench_work/rows"
+		say "config $c: first pass: $first"
+		say "config $c: second pass: $second"
+	)
+done
+
+# load_state_dict on a fresh mount, made by a process that already has CUDA.
+[ "${BENCH_DEVICE:-cuda:0}" != host ] || loader=
+for c in $loader; do
+	limit=$(printf '%s' "$c" | cut -d: -f1)
+	zc=$(printf '%s' "$c" | cut -d: -f2)
+	hb=$(printf '%s' "$c" | cut -d: -f3)
+	opts=$(mount_opts "$limit" "$zc" "$hb")
+	mkdir -p "$mnt"
+	line=$(python3 - "$top/python" "$PLACEFS" "$opts" "$src" "$mnt" <<'PY'
+import os, subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch, placefs
+placefs_bin, opts, src, mnt = sys.argv[2:6]
+torch.empty(1, device="cuda:0")
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+subprocess.run([placefs_bin, "-o", opts, src, mnt], check=True)
+t1 = time.perf_counter()
+while True:
+    try:
+        open(os.path.join(mnt, ".placefs", "stats")).close()
+        break
+    except OSError:
+        time.sleep(0.001)
+t2 = time.perf_counter()
+sd = placefs.load_state_dict(mnt, device="cuda:0", mode="copy")
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
+cb = sum(t.numel() * t.element_size() for t in sd.values() if not t.is_cuda)
+print("load_state_dict copy, fresh mount: %d gpu + %d cpu bytes in %.3f s after the mount "
+      "returned (mount %.3f s): %.2f GB/s" % (gb, cb, t3 - t1, t1 - t0, (gb + cb) / (t3 - t1) / 1e9))
+PY
+)
+	fusermount3 -u "$mnt"
+	say "loader $c: $line"
+	lg=$(printf '%s\n' "$line" | gbps_of)
+	printf '%s|%s|%s|%s\n' "$limit" "$zc" "$hb" "$lg" >>"$bench_work/lrows"
+done
+
+say ""
+say "pinned H2D ceiling (torch, 4 GiB pinned, 64 MiB chunks): $ceil_g GB/s"
+say "placefs-stage --all --mode copy on a FRESH mount per row; GB/s and x ceiling"
+say "$(printf '%-7s %-5s %-5s %-5s %-3s | %6s %5s | %6s %5s | %5s %5s | %-11s %5s %s' \
+	limit zc/on hbuf chunk thr first x 2nd x mntms 1stms pinMiB+reg reg_s verify)"
+while IFS='|' read -r l z h ch n fg fr sg sr mt ft pm rs v; do
+	say "$(printf '%-7s %-5s %-5s %-5s %-3s | %6s %5s | %6s %5s | %5s %5s | %-11s %5s %s' \
+		"$l" "$z" "$h" "$ch" "$n" "$fg" "$fr" "$sg" "$sr" "$mt" "$ft" "$pm" "$rs" "$v")"
+done <"$bench_work/rows"
+if [ -s "$bench_work/lrows" ]; then
+	while IFS='|' read -r l z h g; do
+		say "load_state_dict copy, fresh mount, limit $l zc $z hbuf $h: $g GB/s, $(ratio "$g" "$ceil_g") x ceiling"
+	done <"$bench_work/lrows"
+fi
+say "(mntms: mount command; 1stms: mount returned -> first tensor staged (borrow, one norm, incl."
+say " process start); pinMiB+reg: bounce buffer + shard bytes registered for zero-copy, MiB)"
