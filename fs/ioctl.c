@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +31,40 @@
 #define SWEEP_TICKS 10
 /* A timeout longer than this (about 100 years) is no timeout. */
 #define TIMEOUT_MAX_NS (3155760000ULL * 1000000000ULL)
+/* Buckets of the lease table (leases of users whose ring share is capped). */
+#define LEASE_BUCKETS 256
+/* (uid, gid) pairs whose right to borrow is remembered. */
+#define PERM_CACHE 64
+
+/* What one user whose ring share is capped has now (fs->lock). */
+struct user_use {
+	uid_t uid;
+	uint64_t bytes;   /* of leases held and stages in progress */
+	unsigned waiting; /* stages on threads of their own */
+};
+
+/* A lease of a capped user: its bytes count against the user until it ends. */
+struct lease_rec {
+	struct lease_rec *next;
+	uint64_t lease;
+	uint64_t fh;
+	uid_t uid;
+	uint64_t bytes;
+};
+
+/* What decides who may read a shard, as it was at mount. */
+struct shard_perm {
+	uid_t uid;
+	gid_t gid;
+	mode_t mode;
+	bool acl; /* it has an access ACL: only its owner bits are trusted */
+};
+
+struct perm_entry {
+	uid_t uid;
+	gid_t gid;
+	bool ok;
+};
 
 /* One STAGE request while it runs (on a FUSE worker's stack or on the heap). */
 struct sreq {
@@ -40,7 +76,9 @@ struct sreq {
 	uint64_t fh;
 	size_t entry;
 	uid_t uid;
-	pid_t pid; /* the caller's thread, 0 if not visible in our PID namespace */
+	pid_t pid;         /* the caller's thread, 0 if not visible in our PID namespace */
+	uint64_t reserved; /* bytes counted against uid's ring share; 0: not capped */
+	bool thread;       /* runs on a thread of its own (counted in the user's waiting) */
 	struct placefs_ioc_stage io;
 };
 
@@ -78,6 +116,23 @@ struct placefs_ioctl {
 	unsigned inline_max;
 	atomic_uint_fast64_t refused; /* requests refused before reaching the stager */
 	atomic_uint_fast64_t threads; /* stages that ran on a thread of their own */
+	atomic_uint_fast64_t busy;    /* stages refused: no thread slot or ring share left */
+	atomic_uint_fast64_t denied;  /* borrows refused: the caller may not read every shard */
+
+	/* Shared-host limits (fs/opts.h); the tables below are under `lock`. */
+	struct placefs_log_limit loglim; /* lines about client errors */
+	uid_t self_uid;                  /* the daemon's own: never capped */
+	uint64_t default_timeout_ns;     /* for stages that give none; 0: none */
+	unsigned max_waiting;            /* stages on threads of their own at once */
+	unsigned user_waiting_max;       /* of those, per capped user */
+	uint64_t share_bytes;            /* ring bytes per capped user */
+	struct user_use *users;
+	size_t nusers;
+	struct lease_rec *leases[LEASE_BUCKETS];
+	struct shard_perm *perms; /* per shard */
+	size_t nperms;
+	struct perm_entry pcache[PERM_CACHE];
+	size_t npcache;
 };
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -110,9 +165,17 @@ static void refuse(fuse_req_t req, struct placefs_ioctl *fs, int e, const char *
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (fs)
+	atomic_fetch_add_explicit(&placefs_mount_of(req)->ctr.client_errors, 1,
+	                          memory_order_relaxed);
+	if (fs) {
 		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
-	placefs_log(e == EFBIG ? LOG_NOTICE : LOG_WARNING, "staging: %s (%s)", msg, strerror(e));
+		/* Any client can send these at will: a burst, then one line a second. */
+		placefs_log_limited(&fs->loglim, e == EFBIG ? LOG_NOTICE : LOG_WARNING,
+		                    "staging: %s (%s)", msg, strerror(e));
+	} else {
+		placefs_log(e == EFBIG ? LOG_NOTICE : LOG_WARNING, "staging: %s (%s)", msg,
+		            strerror(e));
+	}
 	fuse_reply_err(req, e);
 }
 
@@ -254,6 +317,196 @@ static void hint_after(struct placefs_ioctl *fs, size_t entry)
 	free(items);
 }
 
+/* ---- shared-host limits ------------------------------------------------------------ */
+
+/* Whether uid's ring share and waiting stages are capped: anyone but root and the daemon's uid. */
+static bool capped(const struct placefs_ioctl *fs, uid_t uid)
+{
+	return uid != 0 && uid != fs->self_uid && fs->share_bytes != UINT64_MAX;
+}
+
+/* uid's entry, added if new; NULL when out of memory. Under fs->lock. */
+static struct user_use *user_get(struct placefs_ioctl *fs, uid_t uid)
+{
+	struct user_use *u;
+	size_t i;
+
+	for (i = 0; i < fs->nusers; i++)
+		if (fs->users[i].uid == uid)
+			return &fs->users[i];
+	u = realloc(fs->users, (fs->nusers + 1) * sizeof(*u));
+	if (!u)
+		return NULL;
+	fs->users = u;
+	u = &fs->users[fs->nusers++];
+	memset(u, 0, sizeof(*u));
+	u->uid = uid;
+	return u;
+}
+
+/* Gives back `bytes` of uid's share (and a waiting slot when `thread`). */
+static void share_put(struct placefs_ioctl *fs, uid_t uid, uint64_t bytes, bool thread)
+{
+	struct user_use *u;
+
+	if (!bytes && !thread)
+		return;
+	pthread_mutex_lock(&fs->lock);
+	u = user_get(fs, uid);
+	if (u) {
+		u->bytes -= bytes < u->bytes ? bytes : u->bytes;
+		if (thread && u->waiting)
+			u->waiting--;
+	}
+	pthread_mutex_unlock(&fs->lock);
+}
+
+static size_t lease_bucket(uint64_t lease)
+{
+	return (size_t)((lease * 0x9E3779B97F4A7C15ULL) >> 56) % LEASE_BUCKETS;
+}
+
+/* Records a capped user's new lease; false when out of memory. Under fs->lock. */
+static bool lease_add(struct placefs_ioctl *fs, const struct sreq *r, uint64_t lease)
+{
+	struct lease_rec *l = malloc(sizeof(*l));
+	size_t b = lease_bucket(lease);
+
+	if (!l)
+		return false;
+	l->lease = lease;
+	l->fh = r->fh;
+	l->uid = r->uid;
+	l->bytes = r->reserved;
+	l->next = fs->leases[b];
+	fs->leases[b] = l;
+	return true;
+}
+
+/* Lease `lease` ended: its bytes no longer count against its user. */
+static void lease_end(struct placefs_ioctl *fs, uint64_t lease)
+{
+	struct lease_rec **p, *l = NULL;
+	struct user_use *u;
+
+	pthread_mutex_lock(&fs->lock);
+	for (p = &fs->leases[lease_bucket(lease)]; *p; p = &(*p)->next) {
+		if ((*p)->lease == lease) {
+			l = *p;
+			*p = l->next;
+			break;
+		}
+	}
+	if (l && (u = user_get(fs, l->uid)) != NULL)
+		u->bytes -= l->bytes < u->bytes ? l->bytes : u->bytes;
+	pthread_mutex_unlock(&fs->lock);
+	free(l);
+}
+
+/* Every lease of file handle fh ended (it was closed). */
+static void lease_end_owner(struct placefs_ioctl *fs, uint64_t fh)
+{
+	struct lease_rec **p, *l;
+	struct user_use *u;
+	size_t b;
+
+	pthread_mutex_lock(&fs->lock);
+	for (b = 0; b < LEASE_BUCKETS; b++) {
+		p = &fs->leases[b];
+		while ((l = *p) != NULL) {
+			if (l->fh != fh) {
+				p = &l->next;
+				continue;
+			}
+			*p = l->next;
+			if ((u = user_get(fs, l->uid)) != NULL)
+				u->bytes -= l->bytes < u->bytes ? l->bytes : u->bytes;
+			free(l);
+		}
+	}
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/*
+ * Whether shard permission p lets (uid, gid) read by its mode bits, as
+ * the kernel decides for a process whose only group is gid: owner bits
+ * for the owner, else group bits for the group, else other bits. With an
+ * access ACL, whose group bits are its mask and whose named entries could
+ * say anything, only the owner is trusted.
+ */
+static bool perm_reads(const struct shard_perm *p, uid_t uid, gid_t gid)
+{
+	if (p->uid == uid)
+		return p->mode & S_IRUSR;
+	if (p->acl)
+		return false;
+	if (p->gid == gid)
+		return p->mode & S_IRGRP;
+	return p->mode & S_IROTH;
+}
+
+/*
+ * Borrowing lends a mapping (host) or IPC handle (CUDA) of the whole ring,
+ * which holds tensors of every shard that other clients stage: only a
+ * caller who may read every shard may borrow (root, the daemon's uid, or a
+ * uid whose mode bits, with its primary group, read every shard). Copy
+ * mode writes only the caller's own tensor and stays open to everyone who
+ * may open the file. Decided once per (uid, gid), from the shards' modes
+ * at mount (which the tree's modes are made from).
+ */
+static bool may_borrow(struct placefs_ioctl *fs, uid_t uid, gid_t gid)
+{
+	bool ok = true;
+	size_t i;
+
+	if (uid == 0 || uid == fs->self_uid)
+		return true;
+	pthread_mutex_lock(&fs->lock);
+	for (i = 0; i < fs->npcache; i++) {
+		if (fs->pcache[i].uid == uid && fs->pcache[i].gid == gid) {
+			ok = fs->pcache[i].ok;
+			pthread_mutex_unlock(&fs->lock);
+			return ok;
+		}
+	}
+	for (i = 0; ok && i < fs->nperms; i++)
+		ok = perm_reads(&fs->perms[i], uid, gid);
+	/* A full cache stays as it is: the answer is recomputed, O(shards). */
+	if (fs->npcache < PERM_CACHE)
+		fs->pcache[fs->npcache++] = (struct perm_entry){uid, gid, ok};
+	pthread_mutex_unlock(&fs->lock);
+	return ok;
+}
+
+/* Reads every shard's owner, group, mode and whether it has an ACL; -ENOMEM or 0. */
+static int perms_init(struct placefs_ioctl *fs)
+{
+	size_t i, n = fs->m->nshards;
+	struct stat st;
+
+	fs->perms = calloc(n ? n : 1, sizeof(*fs->perms));
+	if (!fs->perms)
+		return -ENOMEM;
+	fs->nperms = n;
+	for (i = 0; i < n; i++) {
+		int fd = placefs_ckpt_shard(fs->m->ckpt, i)->fd;
+		struct shard_perm *p = &fs->perms[i];
+
+		if (fstat(fd, &st) != 0) {
+			/* Unknown: nobody but root and the daemon's uid may borrow. */
+			p->uid = 0;
+			p->mode = 0;
+			p->acl = true;
+			continue;
+		}
+		p->uid = st.st_uid;
+		p->gid = st.st_gid;
+		p->mode = st.st_mode;
+		p->acl = fgetxattr(fd, "system.posix_acl_access", NULL, 0) > 0;
+	}
+	return 0;
+}
+
 /* ---- STAGE -------------------------------------------------------------------------- */
 
 static void run_stage(struct sreq *r)
@@ -277,6 +530,10 @@ static void run_stage(struct sreq *r)
 
 	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
 		dl = placefs_clock_deadline(io->timeout_ns);
+		o.deadline = &dl;
+	} else if (!io->timeout_ns && fs->default_timeout_ns) {
+		/* No timeout given: -o stage_timeout (default 60 s), not forever. */
+		dl = placefs_clock_deadline(fs->default_timeout_ns);
 		o.deadline = &dl;
 	}
 	placefs_error_clear(&err);
@@ -303,16 +560,35 @@ static void run_stage(struct sreq *r)
 	fuse_req_interrupt_func(r->req, NULL, NULL);
 	inflight_del(fs, r);
 
+	if (rc != 0 || io->mode == PLACEFS_IOC_STAGE_COPY || !span.lease)
+		/* Nothing stays held: the stage's bytes no longer count against its user. */
+		share_put(fs, r->uid, r->reserved, false);
 	if (rc != 0) {
 		/* Timeouts and interrupts are flow control, counted in stats, not logged. */
-		if (rc != -ETIMEDOUT && rc != -EINTR)
-			placefs_log(rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
-			            "staging: %s of '%s' failed (%s): %s",
-			            io->mode == PLACEFS_IOC_STAGE_COPY ? "copy" : "borrow",
-			            fname_of(m, r->entry), strerror(-rc),
-			            err.msg[0] ? err.msg : strerror(-rc));
+		if (rc != -ETIMEDOUT && rc != -EINTR) {
+			atomic_fetch_add_explicit(&m->ctr.client_errors, 1, memory_order_relaxed);
+			placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
+			                    "staging: %s of '%s' failed (%s): %s",
+			                    io->mode == PLACEFS_IOC_STAGE_COPY ? "copy" : "borrow",
+			                    fname_of(m, r->entry), strerror(-rc),
+			                    err.msg[0] ? err.msg : strerror(-rc));
+		}
 		fuse_reply_err(r->req, -rc);
 		return;
+	}
+	if (io->mode != PLACEFS_IOC_STAGE_COPY && span.lease && r->reserved) {
+		bool ok;
+
+		/* Recorded before the caller hears of the lease, so that it can end it at once. */
+		pthread_mutex_lock(&fs->lock);
+		ok = lease_add(fs, r, span.lease);
+		pthread_mutex_unlock(&fs->lock);
+		if (!ok) {
+			placefs_stager_release(fs->st, span.lease, r->fh);
+			share_put(fs, r->uid, r->reserved, false);
+			fuse_reply_err(r->req, ENOMEM);
+			return;
+		}
 	}
 	io->nbytes = span.nbytes;
 	io->ring_offset = span.ring_offset;
@@ -322,9 +598,11 @@ static void run_stage(struct sreq *r)
 	io->copy_ns = span.copy_ns;
 	io->total_ns = span.total_ns;
 	io->out_flags = span.prefetched ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
-	if (fuse_reply_ioctl(r->req, 0, io, sizeof(*io)) != 0 && span.lease)
+	if (fuse_reply_ioctl(r->req, 0, io, sizeof(*io)) != 0 && span.lease) {
 		/* The caller is gone before it heard of its lease: nobody can release it. */
-		placefs_stager_release(fs->st, span.lease, r->fh);
+		if (placefs_stager_release(fs->st, span.lease, r->fh) == 0 && r->reserved)
+			lease_end(fs, span.lease);
+	}
 	hint_after(fs, r->entry);
 }
 
@@ -334,6 +612,7 @@ static void *detached_main(void *arg)
 	struct placefs_ioctl *fs = r->fs;
 
 	run_stage(r);
+	share_put(fs, r->uid, 0, r->thread);
 	free(r);
 	pthread_mutex_lock(&fs->lock);
 	if (--fs->detached == 0)
@@ -404,7 +683,9 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 {
 	struct placefs_mount *m = fs->m;
 	const struct placefs_plan_entry *e = placefs_plan_entry(m->plan, entry);
+	const struct fuse_ctx *ctx;
 	struct sreq local, *r;
+	struct user_use *u = NULL;
 	pthread_attr_t attr;
 	pthread_t tid;
 	char why[256];
@@ -448,14 +729,52 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 		return;
 	}
 
+	ctx = fuse_req_ctx(req);
+	if (in->mode == PLACEFS_IOC_STAGE_BORROW && !may_borrow(fs, ctx->uid, ctx->gid)) {
+		atomic_fetch_add_explicit(&fs->denied, 1, memory_order_relaxed);
+		refuse(req, fs, EACCES,
+		       "'%s': uid %u may not borrow: a lease lends the whole ring, and this user "
+		       "may not read every shard (copy mode works)",
+		       e->fname, (unsigned)ctx->uid);
+		return;
+	}
+
 	memset(&local, 0, sizeof(local));
 	local.fs = fs;
 	local.req = req;
 	local.fh = fh;
 	local.entry = entry;
-	local.uid = fuse_req_ctx(req)->uid;
-	local.pid = fuse_req_ctx(req)->pid;
+	local.uid = ctx->uid;
+	local.pid = ctx->pid;
 	local.io = *in;
+
+	/* A capped user's leases and stages in progress: at most -o user_share of the ring. */
+	if (capped(fs, local.uid)) {
+		uint64_t need = e->tensor->nbytes ? e->tensor->nbytes : 1;
+
+		if (fs->align > 1 && need % fs->align)
+			need += fs->align - need % fs->align;
+		pthread_mutex_lock(&fs->lock);
+		u = user_get(fs, local.uid);
+		if (u && u->bytes + need <= fs->share_bytes) {
+			u->bytes += need;
+			local.reserved = need;
+		}
+		pthread_mutex_unlock(&fs->lock);
+		if (!u) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		if (!local.reserved) {
+			atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
+			refuse(req, fs, EBUSY,
+			       "'%s': uid %u holds its share of the ring (-o user_share=%u%%, %llu "
+			       "bytes) in leases and stages; release some first",
+			       e->fname, (unsigned)local.uid, m->opts->user_share,
+			       (unsigned long long)fs->share_bytes);
+			return;
+		}
+	}
 
 	/* Inline while enough workers stay free for RELEASE and INTERRUPT requests. */
 	if (atomic_fetch_add(&fs->inline_busy, 1) < fs->inline_max) {
@@ -464,12 +783,41 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 		return;
 	}
 	atomic_fetch_sub(&fs->inline_busy, 1);
+
+	/*
+	 * On a thread of its own, of which there are at most -o max_waiting
+	 * (and half of them per capped user): more answer EAGAIN at once
+	 * rather than growing threads without bound or blocking a worker.
+	 */
+	why[0] = '\0';
+	pthread_mutex_lock(&fs->lock);
+	if (fs->closing)
+		snprintf(why, sizeof(why), "the mount is ending");
+	else if (fs->detached >= fs->max_waiting)
+		snprintf(why, sizeof(why), "%u stages wait already (-o max_waiting=%u)",
+		         fs->detached, fs->max_waiting);
+	else if (local.reserved && (u = user_get(fs, local.uid)) != NULL &&
+	         u->waiting >= fs->user_waiting_max)
+		snprintf(why, sizeof(why), "uid %u has %u stages waiting already (at most %u)",
+		         (unsigned)local.uid, u->waiting, fs->user_waiting_max);
+	if (!why[0]) {
+		fs->detached++;
+		if (local.reserved && (u = user_get(fs, local.uid)) != NULL) {
+			u->waiting++;
+			local.thread = true;
+		}
+	}
+	pthread_mutex_unlock(&fs->lock);
+	if (why[0]) {
+		share_put(fs, local.uid, local.reserved, false);
+		atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
+		refuse(req, fs, EAGAIN, "'%s': not staged: %s", e->fname, why);
+		return;
+	}
+	rc = ENOMEM;
 	r = malloc(sizeof(*r));
 	if (r) {
 		*r = local;
-		pthread_mutex_lock(&fs->lock);
-		fs->detached++;
-		pthread_mutex_unlock(&fs->lock);
 		rc = pthread_attr_init(&attr);
 		if (rc == 0) {
 			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -480,14 +828,17 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 			atomic_fetch_add_explicit(&fs->threads, 1, memory_order_relaxed);
 			return;
 		}
-		pthread_mutex_lock(&fs->lock);
-		if (--fs->detached == 0)
-			pthread_cond_broadcast(&fs->cond);
-		pthread_mutex_unlock(&fs->lock);
 		free(r);
+		rc = EAGAIN;
 	}
-	/* No thread to be had: wait on this worker after all. */
-	run_stage(&local);
+	share_put(fs, local.uid, local.reserved, local.thread);
+	pthread_mutex_lock(&fs->lock);
+	if (--fs->detached == 0)
+		pthread_cond_broadcast(&fs->cond);
+	pthread_mutex_unlock(&fs->lock);
+	/* No thread to be had: a worker that waited here could be the one RELEASE needs. */
+	atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
+	refuse(req, fs, rc, "'%s': not staged: no thread to wait on (%s)", e->fname, strerror(rc));
 }
 
 /* ---- RING_INFO, RELEASE ---------------------------------------------------------------- */
@@ -517,9 +868,15 @@ static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *f
 		out.ring_bytes = fs->info.ring_bytes;
 		out.host_buffer_bytes = fs->info.host_buffer_bytes;
 		out.alignment = fs->align;
-		out.handle_kind = fs->info.handle_kind;
-		out.handle_bytes = fs->info.handle_bytes;
-		memcpy(out.handle, fs->info.handle, sizeof(out.handle));
+		/*
+		 * The handle maps the whole ring: only for those who may borrow
+		 * (may_borrow()); others see HANDLE_NONE, and copy mode works.
+		 */
+		if (may_borrow(fs, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid)) {
+			out.handle_kind = fs->info.handle_kind;
+			out.handle_bytes = fs->info.handle_bytes;
+			memcpy(out.handle, fs->info.handle, sizeof(out.handle));
+		}
 	}
 	fuse_reply_ioctl(req, 0, &out, sizeof(out));
 }
@@ -545,6 +902,7 @@ static void do_release(fuse_req_t req, struct placefs_ioctl *fs, const char *fna
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
+	lease_end(fs, in->lease);
 	fuse_reply_ioctl(req, 0, NULL, 0);
 }
 
@@ -631,15 +989,16 @@ void placefs_ioctl_op(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *ar
 
 void placefs_ioctl_release(struct placefs_ioctl *fs, uint64_t fh)
 {
-	if (fs && fs->st)
-		placefs_stager_release_owner(fs->st, fh);
+	if (fs && fs->st && placefs_stager_release_owner(fs->st, fh) > 0)
+		lease_end_owner(fs, fh);
 }
 
 /* ---- stats --------------------------------------------------------------------------- */
 
 /* Values of "staging" computed when the document is made. */
 struct staging_view {
-	unsigned dests; /* copy destinations the backend holds mapped */
+	unsigned dests;   /* copy destinations the backend holds mapped */
+	unsigned waiting; /* stages on threads of their own now */
 };
 
 /*
@@ -673,6 +1032,9 @@ static const struct placefs_stat staging_rows[] = {
         STAGER("prefetch.evicted", prefetch_evicted),
         STAGER("prefetch.held", prefetch_held),
         OWN("stage_threads", threads),
+        VIEW("stage_threads_now", waiting),
+        OWN("busy", busy),
+        OWN("borrow_refused", denied),
         VIEW("dests", dests),
         STAGER("zero_copy.on", zero_copy),
         STAGER("zero_copy.bytes", zero_copy_bytes),
@@ -698,6 +1060,9 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 	placefs_stats_string(w, "backend", placefs_device_kind_name(fs->info.device.kind));
 	placefs_stager_stats(fs->st, &s);
 	v.dests = placefs_backend_dest_count(placefs_stager_backend(fs->st));
+	pthread_mutex_lock((pthread_mutex_t *)&fs->lock);
+	v.waiting = fs->detached;
+	pthread_mutex_unlock((pthread_mutex_t *)&fs->lock);
 	placefs_stats_table(w, staging_rows, PLACEFS_STATS_ROWS(staging_rows),
 	                    (const void *const[]){&s, fs, &v});
 	placefs_stats_end(w);
@@ -761,10 +1126,19 @@ static int ioctl_init(struct placefs_ioctl *fs, struct placefs_mount *m)
 	}
 	/* Half the workers may wait on the ring; -s has only one, which never may. */
 	fs->inline_max = m->opts->singlethread ? 0 : m->opts->max_threads / 2;
+	fs->loglim = (struct placefs_log_limit)PLACEFS_LOG_LIMIT_INIT(&m->ctr.log_suppressed);
+	fs->self_uid = geteuid();
+	fs->default_timeout_ns = (uint64_t)m->opts->stage_timeout * 1000000000ULL;
+	fs->max_waiting = m->opts->max_waiting ? m->opts->max_waiting : PLACEFS_MAX_WAITING;
+	fs->user_waiting_max = fs->max_waiting > 1 ? fs->max_waiting / 2 : 1;
+	fs->share_bytes = UINT64_MAX; /* set once the ring's size is known */
+	if (perms_init(fs) != 0)
+		goto fail_alloc;
 	return 0;
 fail_alloc:
 	free(fs->gpu);
 	free(fs->gpu_pos);
+	free(fs->perms);
 	pthread_cond_destroy(&fs->cond);
 fail_cond:
 	pthread_mutex_destroy(&fs->hint_lock);
@@ -822,6 +1196,12 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 		} else {
 			placefs_backend_get_info(placefs_stager_backend(fs->st), &fs->info);
 			fs->align = PLACEFS_STAGE_ALIGN_DEFAULT;
+			fs->share_bytes =
+			        m->opts->user_share >= 100
+			                ? UINT64_MAX
+			                : fs->info.ring_bytes / 100 * m->opts->user_share +
+			                          fs->info.ring_bytes % 100 * m->opts->user_share /
+			                                  100;
 			snprintf(fs->device, sizeof(fs->device), "%s", fs->info.name);
 		}
 	}
@@ -890,14 +1270,28 @@ void placefs_ioctl_shutdown(struct placefs_ioctl *fs)
 
 void placefs_ioctl_free(struct placefs_ioctl *fs)
 {
+	size_t i;
+
 	if (!fs)
 		return;
 	placefs_ioctl_shutdown(fs);
+	placefs_log_limit_flush(&fs->loglim, "staging");
 	placefs_stager_free(fs->st);
+	for (i = 0; i < LEASE_BUCKETS; i++) {
+		while (fs->leases[i]) {
+			struct lease_rec *l = fs->leases[i];
+
+			fs->leases[i] = l->next;
+			free(l);
+		}
+	}
+	free(fs->users);
+	free(fs->perms);
 	free(fs->gpu);
 	free(fs->gpu_pos);
 	pthread_cond_destroy(&fs->cond);
 	pthread_mutex_destroy(&fs->hint_lock);
 	pthread_mutex_destroy(&fs->lock);
+	pthread_mutex_destroy(&fs->loglim.lock);
 	free(fs);
 }

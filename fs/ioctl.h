@@ -18,9 +18,19 @@
  * Threads: a STAGE request runs on the FUSE worker that received it as long
  * as at most half of the workers are busy staging; beyond that (and always
  * with -s) it runs on a thread of its own, so workers stay free for the
- * RELEASE and INTERRUPT requests that end the waits. Waits end on the
- * caller's timeout, on a FUSE interrupt (a signal to the caller) and when the
- * session exits.
+ * RELEASE and INTERRUPT requests that end the waits. At most -o max_waiting
+ * stages run on threads of their own (half of them per capped user); one
+ * more answers EAGAIN at once, never a new thread or a blocked worker. Waits
+ * end on the caller's timeout (-o stage_timeout when it gives none), on a
+ * FUSE interrupt (a signal to the caller) and when the session exits.
+ *
+ * Users (doc/RELIABILITY.md, "Threat model"): a borrow, and RING_INFO's
+ * handle, only for root, the daemon's uid and uids whose mode bits read every
+ * shard (EACCES, HANDLE_NONE otherwise; copy mode is open to all); a user
+ * other than root and the daemon's may hold at most -o user_share of the ring
+ * in leases and stages in progress (EBUSY beyond). Refused and failed
+ * requests are counted (client_errors) and their log lines rate-limited
+ * (fs/log.h; log_suppressed).
  */
 #ifndef PLACEFS_FS_IOCTL_H
 #define PLACEFS_FS_IOCTL_H
@@ -73,8 +83,9 @@ void placefs_ioctl_release(struct placefs_ioctl *io, uint64_t fh);
 /*
  * Writes the member "staging" of .placefs/stats into the object open in w:
  * the device and backend, then (staging on) the ring, the stager's counters,
- * requests refused here, stages run on their own thread and copy
- * destinations held. io may be NULL (no staging: device and backend "none").
+ * requests refused here, stages run on their own thread (in all and now),
+ * stages refused for want of a thread slot or ring share (busy), borrows
+ * refused (borrow_refused) and copy destinations held. io may be NULL (no staging: device and backend "none").
  */
 void placefs_ioctl_stats(const struct placefs_ioctl *io, struct placefs_stats *w);
 

@@ -25,7 +25,8 @@
  * command line, 3 bad checkpoint, index or source, 4 invalid staging limit,
  * 5 empty selection, 6-8 duplicate or overlapping names, 9 a name that
  * cannot be a file name. Then 10: the FUSE session could not be set up or
- * mounted (libfuse says why: an unknown option, no /dev/fuse, ...); 11: the
+ * mounted (libfuse says why: an unknown option, no /dev/fuse, ...), or
+ * MOUNTPOINT is a mount point already (a live placefs, say); 11: the
  * session loop failed; 12: the staging backend could not be created (a
  * CUDA device asked for but absent, out of memory...).
  */
@@ -35,6 +36,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +129,48 @@ static void find_bdi(const char *mnt, char *out, size_t len)
 	}
 	free(line);
 	fclose(f);
+}
+
+/*
+ * Whether `mnt` (a resolved path) is a mount point already, per
+ * /proc/self/mountinfo: the file system type of the topmost mount there
+ * into fstype, or "" when it is not one. libfuse3 would stack a second
+ * mount on top of a live one without a word (it has no "nonempty" check).
+ */
+static bool mounted_on(const char *mnt, char *fstype, size_t len)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+	FILE *f;
+
+	fstype[0] = '\0';
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return false;
+	while (getline(&line, &cap, f) > 0) {
+		char *save = NULL, *mp = NULL, *tok, *sep;
+		int i;
+
+		sep = strstr(line, " - ");
+		for (i = 0, tok = strtok_r(line, " ", &save); tok && i < 5;
+		     i++, tok = strtok_r(NULL, " ", &save))
+			if (i == 4)
+				mp = tok;
+		if (!mp)
+			continue;
+		unescape_mountinfo(mp);
+		if (strcmp(mp, mnt) != 0)
+			continue;
+		found = true;
+		if (sep) {
+			sep += 3;
+			snprintf(fstype, len, "%.*s", (int)strcspn(sep, " \n"), sep);
+		}
+	}
+	free(line);
+	fclose(f);
+	return found;
 }
 
 /*
@@ -294,6 +338,22 @@ int main(int argc, char *argv[])
 		goto out_opts;
 	}
 
+	{
+		char fstype[64];
+
+		/* An autofs trigger (x-systemd.automount) is meant to be mounted over. */
+		if (mounted_on(opts.mountpoint, fstype, sizeof(fstype)) &&
+		    strcmp(fstype, "autofs") != 0) {
+			fprintf(stderr,
+			        "placefs: %s is already a mount point (%s); unmount it first "
+			        "(fusermount3 -u %s) or choose another directory; nothing "
+			        "mounted\n",
+			        opts.mountpoint, fstype[0] ? fstype : "unknown type",
+			        opts.mountpoint);
+			status = PLACEFS_EXIT_MOUNT;
+			goto out_opts;
+		}
+	}
 	if (placefs_ckpt_open(opts.source_abs, opts.index, &ck, &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
 		status = placefs_error_exit_status(&err);
@@ -341,6 +401,11 @@ int main(int argc, char *argv[])
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGHUP, SIG_DFL);
+	/*
+	 * Copies into client shared memory are pwrite()s: past RLIMIT_FSIZE they
+	 * must fail with EFBIG for that client, not end the daemon with SIGXFSZ.
+	 */
+	signal(SIGXFSZ, SIG_IGN);
 	if (fuse_set_signal_handlers(se) != 0) {
 		fprintf(stderr, "placefs: cannot install signal handlers\n");
 		goto out_session;

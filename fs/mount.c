@@ -46,6 +46,9 @@ static const struct placefs_stat counter_rows[] = {
         GAUGE("open_files", open_files),
         COUNTER("stale_refusals", stale_refusals),
         COUNTER("xattr_requests", xattr_requests),
+        COUNTER("xattr_formats", xattr_formats),
+        COUNTER("client_errors", client_errors),
+        COUNTER("log_suppressed", log_suppressed),
 };
 
 struct placefs_mount *placefs_mount_of(fuse_req_t req)
@@ -333,6 +336,10 @@ int placefs_mount_make_tree(struct placefs_mount *m, const char *plan_note,
 	struct timespec now;
 
 	clock_gettime(CLOCK_REALTIME, &now);
+	m->nxattrs = placefs_plan_count(m->plan);
+	m->xattrs = calloc(m->nxattrs ? m->nxattrs : 1, sizeof(*m->xattrs));
+	if (!m->xattrs)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	return placefs_vtree_create(m->ckpt, m->plan, m->opts->source, plan_note, getuid(),
 	                            getgid(), now, &m->vt, err);
 }
@@ -363,6 +370,10 @@ void placefs_mount_release(struct placefs_mount *m)
 			            st >= 0 && st <= 2 ? names[st] : "?");
 		pthread_mutex_destroy(&h->log_lock);
 	}
+	for (i = 0; m->xattrs && i < m->nxattrs; i++)
+		free(atomic_load(&m->xattrs[i]));
+	free(m->xattrs);
+	m->xattrs = NULL;
 	free(m->maps);
 	free(m->map_len);
 	free(m->health);

@@ -64,12 +64,16 @@ struct placefs_counters {
 	atomic_int_fast64_t open_files;      /* tensor files open now */
 	atomic_uint_fast64_t stale_refusals; /* opens and reads refused because a shard changed */
 	atomic_uint_fast64_t xattr_requests; /* GETXATTR and LISTXATTR requests, any inode */
+	atomic_uint_fast64_t xattr_formats;  /* tensor xattr sets formatted: one per inode asked */
+	atomic_uint_fast64_t client_errors;  /* staging requests refused or failed (not timeouts) */
+	atomic_uint_fast64_t log_suppressed; /* log lines about client errors held back */
 };
 
 struct placefs_shard_health; /* per shard, private to fs/mount.c */
 struct placefs_push;         /* fs/push.h */
 struct placefs_ioctl;        /* fs/ioctl.h */
 struct placefs_stats;        /* fs/stats.h */
+struct placefs_xattr_set;    /* one tensor's xattr values, private to fs/ops.c */
 
 struct placefs_mount {
 	const struct placefs_opts *opts;
@@ -104,6 +108,16 @@ struct placefs_mount {
 	struct placefs_counters ctr;
 
 	atomic_uint_fast64_t next_fh; /* the last tensor file handle number given out */
+
+	/*
+	 * Per plan entry: its xattr values, formatted by fs/ops.c on the first
+	 * GETXATTR of the tensor and kept (one malloc each, published with a
+	 * compare-and-swap), so that a header with a tensor of millions of
+	 * dimensions costs one formatting, not one per request. Allocated by
+	 * placefs_mount_make_tree(), freed by placefs_mount_release().
+	 */
+	struct placefs_xattr_set *_Atomic *xattrs;
+	size_t nxattrs;
 
 	struct placefs_push *push;   /* page-cache pusher (fs/push.h), or NULL: off */
 	struct placefs_ioctl *stage; /* the staging glue (fs/ioctl.h), set by main() */

@@ -141,30 +141,133 @@ static void reply_slice(fuse_req_t req, const char *data, size_t len, size_t siz
 		               len - (size_t)off < size ? len - (size_t)off : size);
 }
 
-/* The value of xattr `name` of plan entry e into sb: 0, or -ENODATA for an unknown name. */
-static int xattr_value(const struct placefs_mount *m, const struct placefs_plan_entry *e,
-                       const char *name, struct placefs_strbuf *sb)
+/*
+ * The kernel's limit on an xattr value (XATTR_SIZE_MAX): a longer value can
+ * never be read (getxattr(2) fails with E2BIG), so formatting stops there.
+ */
+#define XATTR_VALUE_MAX 65536u
+
+/* One tensor's xattr values, in xattr_names[] order: one allocation. */
+struct placefs_xattr_set {
+	uint32_t off[N_XATTRS]; /* where each value starts in data */
+	uint32_t len[N_XATTRS]; /* its length; UINT32_MAX: longer than XATTR_VALUE_MAX */
+	char data[];
+};
+
+/*
+ * Appends a shape as "[d0, d1, ...]" (placefs_strbuf_add_json_u64_array's
+ * format) but stops once it is longer than XATTR_VALUE_MAX: a header may
+ * declare millions of dimensions. Returns 0, 1 (too long) or -ENOMEM.
+ */
+static int add_shape(struct placefs_strbuf *sb, const uint64_t *v, size_t n)
+{
+	size_t start = sb->len, i;
+	int rc = placefs_strbuf_add(sb, "[", 1);
+
+	for (i = 0; rc == 0 && i < n; i++) {
+		rc = placefs_strbuf_addf(sb, i ? ", %llu" : "%llu", (unsigned long long)v[i]);
+		if (rc == 0 && sb->len - start > XATTR_VALUE_MAX)
+			return 1;
+	}
+	if (rc == 0)
+		rc = placefs_strbuf_add(sb, "]", 1);
+	if (rc == 0 && sb->len - start > XATTR_VALUE_MAX)
+		return 1;
+	return rc;
+}
+
+/* Value number i (xattr_names[i]) of plan entry e into sb: 0, 1 (too long) or -ENOMEM. */
+static int format_value(const struct placefs_mount *m, const struct placefs_plan_entry *e, size_t i,
+                        struct placefs_strbuf *sb)
 {
 	const struct placefs_tensor *t = e->tensor;
+	const char *name = xattr_names[i] + strlen(XATTR_PREFIX);
 
-	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
-		return -ENODATA;
-	name += strlen(XATTR_PREFIX);
 	if (strcmp(name, "placement") == 0)
 		return placefs_strbuf_adds(sb, placefs_placement_name(e->placement));
 	if (strcmp(name, "dtype") == 0)
 		return placefs_strbuf_adds(sb, placefs_dtype_name(t->dtype));
 	if (strcmp(name, "shape") == 0)
-		return placefs_strbuf_add_json_u64_array(sb, t->shape, t->ndim);
+		return add_shape(sb, t->shape, t->ndim);
 	if (strcmp(name, "nbytes") == 0)
 		return placefs_strbuf_addf(sb, "%llu", (unsigned long long)t->nbytes);
 	if (strcmp(name, "source") == 0)
 		return placefs_strbuf_adds(sb, placefs_ckpt_shard(m->ckpt, t->shard)->file);
 	if (strcmp(name, "offset") == 0)
 		return placefs_strbuf_addf(sb, "%llu", (unsigned long long)t->offset);
-	if (strcmp(name, "name") == 0)
-		return placefs_strbuf_adds(sb, t->name);
-	return -ENODATA;
+	return placefs_strbuf_adds(sb, t->name);
+}
+
+/* Formats every xattr value of plan entry e into one allocation; NULL when out of memory. */
+static struct placefs_xattr_set *format_xattrs(struct placefs_mount *m,
+                                               const struct placefs_plan_entry *e)
+{
+	struct placefs_xattr_set *xs = NULL;
+	struct placefs_strbuf sb;
+	uint32_t off[N_XATTRS], len[N_XATTRS];
+	size_t i, at;
+	int rc = 0;
+
+	placefs_strbuf_init(&sb);
+	for (i = 0; rc >= 0 && i < N_XATTRS; i++) {
+		at = sb.len;
+		rc = format_value(m, e, i, &sb);
+		if (rc == 1) {
+			/* Not kept: it could never be read. */
+			sb.len = at;
+			off[i] = (uint32_t)at;
+			len[i] = UINT32_MAX;
+			rc = 0;
+		} else if (rc == 0) {
+			off[i] = (uint32_t)at;
+			len[i] = (uint32_t)(sb.len - at);
+		}
+	}
+	if (rc == 0) {
+		xs = malloc(sizeof(*xs) + sb.len + 1);
+		if (xs) {
+			memcpy(xs->off, off, sizeof(off));
+			memcpy(xs->len, len, sizeof(len));
+			memcpy(xs->data, placefs_strbuf_cstr(&sb), sb.len);
+			xs->data[sb.len] = '\0';
+			atomic_fetch_add_explicit(&m->ctr.xattr_formats, 1, memory_order_relaxed);
+		}
+	}
+	placefs_strbuf_release(&sb);
+	return xs;
+}
+
+/* Plan entry `entry`'s xattr values, formatted on first use and kept; NULL: out of memory. */
+static const struct placefs_xattr_set *xattrs_of(struct placefs_mount *m, size_t entry)
+{
+	struct placefs_xattr_set *xs, *expect = NULL;
+
+	if (entry >= m->nxattrs)
+		return NULL;
+	xs = atomic_load_explicit(&m->xattrs[entry], memory_order_acquire);
+	if (xs)
+		return xs;
+	xs = format_xattrs(m, placefs_plan_entry(m->plan, entry));
+	if (!xs)
+		return NULL;
+	if (!atomic_compare_exchange_strong_explicit(&m->xattrs[entry], &expect, xs,
+	                                             memory_order_acq_rel, memory_order_acquire)) {
+		/* Another request formatted it first: use that one. */
+		free(xs);
+		xs = expect;
+	}
+	return xs;
+}
+
+/* The index of xattr `name` in xattr_names[], or -1. */
+static int xattr_index(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < N_XATTRS; i++)
+		if (strcmp(name, xattr_names[i]) == 0)
+			return (int)i;
+	return -1;
 }
 
 /* Answers a getxattr/listxattr with `data`, following the size-0 probe protocol. */
@@ -620,9 +723,9 @@ static bool xattr_namespace_supported(const char *name)
 static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct placefs_mount *m = placefs_mount_of(req);
+	const struct placefs_xattr_set *xs;
 	struct placefs_vnode node;
-	struct placefs_strbuf sb;
-	int rc;
+	int rc, idx;
 
 	atomic_fetch_add_explicit(&m->ctr.xattr_requests, 1, memory_order_relaxed);
 	rc = placefs_vtree_get(m->vt, ino, &node);
@@ -638,22 +741,30 @@ static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
-	placefs_strbuf_init(&sb);
-	rc = xattr_value(m, placefs_vtree_entry(m->vt, ino), name, &sb);
-	if (rc < 0)
-		fuse_reply_err(req, -rc);
+	idx = xattr_index(name);
+	if (idx < 0) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	xs = xattrs_of(m, node.entry);
+	if (!xs)
+		fuse_reply_err(req, ENOMEM);
+	else if (xs->len[idx] == UINT32_MAX)
+		/* What getxattr(2) answers for a value over the kernel's limit. */
+		fuse_reply_err(req, E2BIG);
 	else
-		reply_xattr_data(req, placefs_strbuf_cstr(&sb), sb.len, size);
-	placefs_strbuf_release(&sb);
+		reply_xattr_data(req, xs->data + xs->off[idx], xs->len[idx], size);
 }
 
 /* Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err (ERANGE). */
 static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	/* The same for every tensor: xattr_names[], each NUL-terminated, built once. */
+	static const char list[] = XATTR_PREFIX
+	        "placement\0" XATTR_PREFIX "dtype\0" XATTR_PREFIX "shape\0" XATTR_PREFIX
+	        "nbytes\0" XATTR_PREFIX "source\0" XATTR_PREFIX "offset\0" XATTR_PREFIX "name";
 	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_vnode node;
-	char list[512];
-	size_t i, len = 0;
 	int rc;
 
 	atomic_fetch_add_explicit(&m->ctr.xattr_requests, 1, memory_order_relaxed);
@@ -662,15 +773,7 @@ static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	if (node.kind == PLACEFS_V_TENSOR) {
-		for (i = 0; i < N_XATTRS; i++) {
-			size_t l = strlen(xattr_names[i]) + 1;
-
-			memcpy(list + len, xattr_names[i], l);
-			len += l;
-		}
-	}
-	reply_xattr_data(req, list, len, size);
+	reply_xattr_data(req, list, node.kind == PLACEFS_V_TENSOR ? sizeof(list) : 0, size);
 }
 
 /* Read-only: every write-class operation. Valid reply: fuse_reply_err (EROFS). */

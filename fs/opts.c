@@ -29,6 +29,11 @@ struct parse_ctx {
 	char *push_threads;
 	char *max_background;
 	char *zero_copy;
+	char *stage_timeout;
+	char *max_waiting;
+	char *user_share;
+	char *max_threads;      /* the value of max_threads=, also left for libfuse */
+	char *max_idle_threads; /* the value of max_idle_threads=, also left for libfuse */
 	int noprefetch;
 	char *mountpoint;
 	char *extra; /* the first surplus positional, for the message */
@@ -40,6 +45,7 @@ struct parse_ctx {
 enum {
 	KEY_PREFIX,
 	KEY_MAX_THREADS,
+	KEY_MAX_IDLE_THREADS,
 	KEY_NO_DEFAULT_PERMISSIONS,
 };
 
@@ -59,10 +65,14 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("push_threads=%s", push_threads),
         CTX_OPT("max_background=%s", max_background),
         CTX_OPT("zero_copy=%s", zero_copy),
+        CTX_OPT("stage_timeout=%s", stage_timeout),
+        CTX_OPT("max_waiting=%s", max_waiting),
+        CTX_OPT("user_share=%s", user_share),
         {"noprefetch", offsetof(struct parse_ctx, noprefetch), 1},
         FUSE_OPT_KEY("prefix=", KEY_PREFIX),
         /* Noted here, then kept for fuse_parse_cmdline() which parses the value. */
         FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
+        FUSE_OPT_KEY("max_idle_threads=", KEY_MAX_IDLE_THREADS),
         /* Attempts to turn off the kernel's permission checks, refused by name. */
         FUSE_OPT_KEY("nodefault_permissions", KEY_NO_DEFAULT_PERMISSIONS),
         FUSE_OPT_KEY("no_default_permissions", KEY_NO_DEFAULT_PERMISSIONS),
@@ -118,7 +128,19 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			return -1;
 		}
 		return 0;
-	case KEY_MAX_THREADS: ctx->max_threads_given = 1; return 1;
+	case KEY_MAX_THREADS:
+	case KEY_MAX_IDLE_THREADS:
+		/* Checked here (libfuse reads "-1" as 4294967295), then left for libfuse. */
+		slot = key == KEY_MAX_THREADS ? &ctx->max_threads : &ctx->max_idle_threads;
+		free(*slot);
+		*slot = strdup(strchr(arg, '=') + 1);
+		if (!*slot) {
+			ctx->nomem = 1;
+			return -1;
+		}
+		if (key == KEY_MAX_THREADS)
+			ctx->max_threads_given = 1;
+		return 1;
 	case KEY_NO_DEFAULT_PERMISSIONS:
 		if (!ctx->no_perms && !(ctx->no_perms = strdup(arg))) {
 			ctx->nomem = 1;
@@ -246,6 +268,9 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->prefetch = 1;
 	o->push_threads = PLACEFS_PUSH_THREADS;
 	o->max_background = PLACEFS_MAX_BACKGROUND;
+	o->stage_timeout = PLACEFS_STAGE_TIMEOUT;
+	o->max_waiting = PLACEFS_MAX_WAITING;
+	o->user_share = PLACEFS_USER_SHARE;
 
 	if (fuse_opt_parse(&o->args, &ctx, placefs_opt_spec, opt_proc) != 0) {
 		if (ctx.nomem)
@@ -307,6 +332,26 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 		                       "invalid -o max_threads value 0 (must be at least 1)");
 		goto out;
 	}
+	if (ctx.max_threads &&
+	    (rc = parse_count(ctx.max_threads, "max_threads", 1, PLACEFS_MAX_THREADS_MAX,
+	                      &o->max_threads, err)) < 0)
+		goto out;
+	/* libfuse's own spelling of "no limit" is -1 (its default). */
+	if (ctx.max_idle_threads && strcmp(ctx.max_idle_threads, "-1") != 0 &&
+	    (rc = parse_count(ctx.max_idle_threads, "max_idle_threads", 0, PLACEFS_MAX_THREADS_MAX,
+	                      &o->max_idle_threads, err)) < 0)
+		goto out;
+	if (ctx.stage_timeout &&
+	    (rc = parse_count(ctx.stage_timeout, "stage_timeout", 0, PLACEFS_STAGE_TIMEOUT_MAX,
+	                      &o->stage_timeout, err)) < 0)
+		goto out;
+	if (ctx.max_waiting &&
+	    (rc = parse_count(ctx.max_waiting, "max_waiting", 1, PLACEFS_MAX_WAITING_MAX,
+	                      &o->max_waiting, err)) < 0)
+		goto out;
+	if (ctx.user_share &&
+	    (rc = parse_count(ctx.user_share, "user_share", 1, 100, &o->user_share, err)) < 0)
+		goto out;
 
 	/* The staging limit: the option wins over the environment. */
 	rc = placefs_plan_limit_parse(ctx.buffer_size, "-o buffer_size", &o->has_limit, &o->limit,
@@ -373,6 +418,15 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 				err->kind = PLACEFS_E_USAGE;
 			goto out;
 		}
+		/* Rounded up to KiB for sysfs, a huge value would wrap to 0 (readahead off). */
+		if (o->readahead > PLACEFS_READAHEAD_MAX) {
+			rc = placefs_error_set(
+			        err, -EINVAL, PLACEFS_E_USAGE,
+			        "invalid -o readahead value '%s' (at most 1G; 0 = the "
+			        "kernel default)",
+			        ctx.readahead);
+			goto out;
+		}
 	}
 	if (ctx.index) {
 		if (ctx.index[0] == '\0') {
@@ -415,6 +469,11 @@ out:
 	free(ctx.push_threads);
 	free(ctx.max_background);
 	free(ctx.zero_copy);
+	free(ctx.stage_timeout);
+	free(ctx.max_waiting);
+	free(ctx.user_share);
+	free(ctx.max_threads);
+	free(ctx.max_idle_threads);
 	free(ctx.host_buffer);
 	free(ctx.ring_size);
 	free(ctx.mountpoint);
@@ -467,13 +526,23 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"
 	        "                           when permitted (default: 16M; 0 = kernel default)\n"
 	        "    -o zero_copy=0|1       cuda: DMA straight from registered shard mappings\n"
-	        "                           (default 1; 0 keeps pinned memory within host_buffer)\n"
+	        "                           (default 0: pinned memory stays within host_buffer;\n"
+	        "                           1 registers the shards' page cache: faster after the\n"
+	        "                           first pass, slower on it)\n"
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
 	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
-	        "    -o max_threads=N       worker threads (default: %d)\n"
+	        "    -o max_threads=N       worker threads (default: %d, at most %d)\n"
 	        "    -o max_background=N    readahead requests in flight, all readers together\n"
 	        "                           (default: %d; the kernel caps it for non-root\n"
 	        "                           users at /proc/sys/fs/fuse/max_user_bgreq)\n"
+	        "    -o stage_timeout=S     longest wait for ring space of a stage that gives\n"
+	        "                           no timeout (default: %d s; 0 = no limit)\n"
+	        "    -o max_waiting=N       stages waiting on threads of their own at once;\n"
+	        "                           more fail with EAGAIN (default: %d)\n"
+	        "    -o user_share=PCT      ring share one user other than root and the\n"
+	        "                           daemon's may hold; more fail with EBUSY (default: %d)\n"
 	        "\n",
-	        prog, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS, PLACEFS_MAX_BACKGROUND);
+	        prog, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS, PLACEFS_MAX_THREADS_MAX,
+	        PLACEFS_MAX_BACKGROUND, PLACEFS_STAGE_TIMEOUT, PLACEFS_MAX_WAITING,
+	        PLACEFS_USER_SHARE);
 }

@@ -29,8 +29,24 @@
 #define PLACEFS_PUSH_THREADS     0 /* page-cache pushers (fs/push.h) unless -o push_threads= */
 #define PLACEFS_PUSH_THREADS_MAX 64
 #define PLACEFS_MIN_THREADS      16 /* worker threads unless -o max_threads= says otherwise */
-#define PLACEFS_MAX_READ         (1u << 20)  /* bytes per FUSE READ request */
-#define PLACEFS_READAHEAD        (16u << 20) /* default -o readahead= (kernel: 128 KiB) */
+#define PLACEFS_MAX_READ         (1u << 20)   /* bytes per FUSE READ request */
+#define PLACEFS_READAHEAD        (16u << 20)  /* default -o readahead= (kernel: 128 KiB) */
+#define PLACEFS_READAHEAD_MAX    (1ull << 30) /* the largest -o readahead= accepted */
+#define PLACEFS_MAX_THREADS_MAX  1024 /* the largest -o max_threads= (and max_idle_threads=) */
+
+/*
+ * Staging limits on a shared host (doc/RELIABILITY.md, "Threat model"):
+ * a stage that gives no timeout waits at most -o stage_timeout= seconds
+ * (0: without limit); at most -o max_waiting= stages run on threads of
+ * their own at once (more answer EAGAIN at once); and a user other than
+ * root and the daemon's own may hold at most -o user_share= percent of the
+ * ring in leases and stages in progress (more answer EBUSY at once).
+ */
+#define PLACEFS_STAGE_TIMEOUT     60 /* seconds */
+#define PLACEFS_STAGE_TIMEOUT_MAX (365u * 24 * 3600)
+#define PLACEFS_MAX_WAITING       64
+#define PLACEFS_MAX_WAITING_MAX   4096
+#define PLACEFS_USER_SHARE        50 /* percent of the ring */
 
 /*
  * FUSE background requests (readahead READs) in flight, unless
@@ -77,13 +93,16 @@ struct placefs_opts {
 	enum placefs_read_mode read_mode;
 	uint64_t readahead;      /* bytes; 0 = leave the kernel's default */
 	unsigned max_background; /* -o max_background=, PLACEFS_MAX_BACKGROUND unless given */
+	unsigned stage_timeout;  /* -o stage_timeout=, seconds; 0 = stages without one wait on */
+	unsigned max_waiting;    /* -o max_waiting=, stages on threads of their own at once */
+	unsigned user_share;     /* -o user_share=, percent of the ring per capped user */
 
 	/* Standard options, as fuse_parse_cmdline() found them. */
 	int foreground;
 	int debug;
 	int singlethread;
 	int clone_fd;
-	unsigned max_threads; /* PLACEFS_MIN_THREADS unless given */
+	unsigned max_threads; /* PLACEFS_MIN_THREADS unless given; 1..PLACEFS_MAX_THREADS_MAX */
 	unsigned max_idle_threads;
 	int show_help;
 	int show_version;

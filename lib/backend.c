@@ -14,20 +14,22 @@
 #include <unistd.h>
 
 #include "backend_i.h"
+#include "io.h"
 
 /* At most this many imported destinations stay cached; the oldest idle one goes first. */
 #define DEST_CACHE_MAX 64
+/* Heap buffer of a ring -> shm copy for a backend without ring_to_fd (CUDA). */
+#define DEST_BOUNCE_MAX (4ULL << 20)
 
 struct placefs__dest_entry {
 	struct placefs__dest_entry *next;
 	uint32_t kind;
 	uint32_t key_len;
 	uint8_t key[PLACEFS_IOC_HANDLE_MAX];
-	void *ptr;         /* shm: the mapping; CUDA IPC: the imported device pointer */
-	uint64_t map_size; /* shm: bytes mapped */
-	dev_t dev;         /* shm: identity of the mapped object */
+	void *ptr; /* CUDA IPC: the imported device pointer; shm: NULL (never mapped) */
+	dev_t dev; /* shm: identity of the object */
 	ino_t ino;
-	int fd;         /* shm: the object, kept open to see it unlinked; else -1 */
+	int fd;         /* shm: the object, written with pwrite() and seen unlinked; else -1 */
 	pid_t tid;      /* placefs_dest.pid of its last use */
 	pid_t pid;      /* the process of that thread; 0 unknown */
 	unsigned refs;  /* copies using it right now */
@@ -117,7 +119,6 @@ int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint6
 static void dest_drop(struct placefs_backend *be, struct placefs__dest_entry *e)
 {
 	if (e->kind == PLACEFS_IOC_HANDLE_HOST_SHM) {
-		munmap(e->ptr, e->map_size);
 		if (e->fd >= 0)
 			close(e->fd);
 	} else if (be->ops->ipc_close) {
@@ -475,17 +476,20 @@ static struct placefs__dest_entry *dest_new(struct placefs_backend *be, uint32_t
 	return e;
 }
 
-/* Finds or maps the shm object of d; lock held. */
+/*
+ * Finds or opens the shm object of d; lock held. The object is never mapped:
+ * its owner may shrink it at any time, and a store into a mapping past its
+ * end is a SIGBUS for the whole daemon. Copies pwrite() into its descriptor.
+ */
 static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d,
                         struct placefs__dest_entry **out, struct placefs_error *err)
 {
 	const char *name = (const char *)d->handle;
 	struct placefs__dest_entry *e;
 	struct stat st;
-	void *p;
 	int fd, rc;
 
-	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	fd = shm_open(name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
 	if (fd < 0) {
 		rc = -errno;
 		return placefs_error_set(err, rc, PLACEFS_E_IO,
@@ -496,6 +500,11 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
 		                       "destination shm \"%s\": cannot stat: %s", name,
 		                       strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                       "destination shm \"%s\" is not a regular file", name);
 		goto out_close;
 	}
 	if (d->check_uid && st.st_uid != d->uid) {
@@ -513,38 +522,27 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 		goto out_close;
 	}
 	e = dest_find(be, d->kind, d->handle, d->handle_bytes);
-	if (e && e->dev == st.st_dev && e->ino == st.st_ino &&
-	    e->map_size == (uint64_t)st.st_size) {
+	if (e && e->dev == st.st_dev && e->ino == st.st_ino) {
 		close(fd);
 		dest_note_user(e, d->pid);
 		*out = e;
 		return 0;
 	}
 	if (e) {
-		/* The name now refers to another object, or it was resized. */
+		/* The name now refers to another object. */
 		dest_detach(be, e);
 		if (e->refs == 0)
 			dest_drop(be, e);
 	}
 	dest_evict(be);
-	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
-		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
-		                       "destination shm \"%s\": cannot map %lld bytes: %s", name,
-		                       (long long)st.st_size, strerror(errno));
-		goto out_close;
-	}
 	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
 	if (!e) {
-		munmap(p, (size_t)st.st_size);
 		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 		goto out_close;
 	}
-	e->ptr = p;
-	e->map_size = (uint64_t)st.st_size;
 	e->dev = st.st_dev;
 	e->ino = st.st_ino;
-	/* Kept open: its st_nlink tells when the owner unlinked it (dest_dead()). */
+	/* Kept open: copies write through it, and its st_nlink tells when the owner unlinked it. */
 	e->fd = fd;
 	dest_note_user(e, d->pid);
 	e->next = be->dests;
@@ -554,6 +552,46 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 	return 0;
 out_close:
 	close(fd);
+	return rc;
+}
+
+int placefs__pwrite_dest(int fd, const void *buf, uint64_t n, uint64_t off, const char *what,
+                         struct placefs_error *err)
+{
+	int rc;
+
+	if (n > (uint64_t)SIZE_MAX || off > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX - off)
+		return placefs_error_set(err, -EFBIG, PLACEFS_E_USAGE,
+		                         "%s: %llu bytes at %llu do not fit a file", what,
+		                         (unsigned long long)n, (unsigned long long)off);
+	rc = placefs_io_pwrite_full(fd, buf, (size_t)n, off);
+	if (rc != 0)
+		return placefs_error_set(
+		        err, rc, PLACEFS_E_IO, "%s: cannot write %llu bytes at offset %llu: %s",
+		        what, (unsigned long long)n, (unsigned long long)off, strerror(-rc));
+	return 0;
+}
+
+/* Ring -> shm destination for a backend without ring_to_fd: through a heap buffer. */
+static int ring_to_fd_bounce(struct placefs_backend *be, uint64_t ring_off, int fd, uint64_t off,
+                             uint64_t n, struct placefs_error *err)
+{
+	uint64_t len = n < DEST_BOUNCE_MAX ? n : DEST_BOUNCE_MAX, done;
+	uint8_t *buf = malloc((size_t)len);
+	int rc = 0;
+
+	if (!buf)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM,
+		                         "%s: out of memory for a %llu-byte copy buffer",
+		                         be->info.name, (unsigned long long)len);
+	for (done = 0; done < n && rc == 0; done += len) {
+		if (len > n - done)
+			len = n - done;
+		rc = be->ops->ring_to_host(be, ring_off + done, buf, len, err);
+		if (rc == 0)
+			rc = placefs__pwrite_dest(fd, buf, len, off + done, "destination shm", err);
+	}
+	free(buf);
 	return rc;
 }
 
@@ -642,9 +680,11 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
 	if (rc != 0)
 		return rc;
 
-	/* The copy runs unlocked; the reference keeps the mapping alive. */
-	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
-		rc = be->ops->ring_to_host(be, ring_off, (uint8_t *)e->ptr + dest->offset, n, err);
+	/* The copy runs unlocked; the reference keeps the descriptor or mapping alive. */
+	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM && be->ops->ring_to_fd)
+		rc = be->ops->ring_to_fd(be, ring_off, e->fd, dest->offset, n, err);
+	else if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
+		rc = ring_to_fd_bounce(be, ring_off, e->fd, dest->offset, n, err);
 	else
 		rc = be->ops->ring_to_device(be, ring_off, (uint8_t *)e->ptr + dest->offset, n,
 		                             err);

@@ -4,18 +4,27 @@
  *
  * A backend is chosen at mount with -o device=SPEC:
  *   cuda:N  the ring is one cudaMalloc allocation on device N; bounce
- *           buffers are cudaHostAlloc memory; copies are cudaMemcpyAsync on
+ *           buffers are cudaHostAlloc memory (or, with
+ *           PLACEFS_CUDA_HOST_ALLOC=register, an anonymous mapping pinned
+ *           with cudaHostRegister); copies are cudaMemcpyAsync on
  *           one stream per chunk; the ring is exported as a CUDA IPC handle.
- *   host    the ring is a POSIX shared-memory object ("/placefs-<pid>-<n>")
- *           mapped MAP_SHARED; bounce buffers are aligned heap memory; copies
- *           are memcpy. Same protocol end to end, for machines without a GPU.
- *           The daemon holds a shared flock() on the object while it lives,
- *           so that placefs_shm_remove_stale() never takes a live one.
+ *   host    the ring is a POSIX shared-memory object ("/placefs-<pid>-<r>",
+ *           r a random 64-bit number: nobody can take the name first; made
+ *           with O_EXCL, retried on a collision) reserved page by page with
+ *           posix_fallocate() and mapped MAP_SHARED; bounce buffers are
+ *           aligned heap memory, touched at creation; copies into the ring are
+ *           memcpy, copies out to shm destinations pwrite(). Same protocol end
+ *           to end, for machines without a GPU. The daemon holds a shared
+ *           flock() on the object while it lives, so that
+ *           placefs_shm_remove_stale() never takes a live one.
  *   none    staging disabled: placefs_backend_create() gives NULL.
  *
  * placefs_backend_create() makes all the memory the backend will ever use
  * for tensor data: exactly ring_bytes of ring and at most host_buffer bytes
- * of (pinned) bounce memory, split into chunks. Nothing grows later.
+ * of (pinned) bounce memory, split into chunks. Nothing grows later, and
+ * nothing is left to allocate at a first touch: a host ring that /dev/shm
+ * cannot hold is refused here (-ENOSPC, the message naming the ring's size
+ * and /dev/shm's free space), never a SIGBUS at a later stage.
  *
  * Threads: every function may be called from any thread, concurrently,
  * except that one chunk must be driven by one thread at a time (the stager
@@ -41,8 +50,10 @@
 /*
  * Chunk policy: host_buffer / 16 rounded down to 4 KiB, clamped to
  * [4 KiB, 16 MiB]; as many whole chunks as fit. 64 MiB gives 16 chunks of
- * 4 MiB (two per I/O thread with the default 8 threads: double buffering);
- * 1 GiB gives 64 chunks of 16 MiB.
+ * 4 MiB (one or two per I/O thread: 14 threads on 16 cores); 1 GiB gives 64
+ * chunks of 16 MiB. On an H200, fresh mount, the bounce path was fastest with
+ * the 64 MiB default: 16 MiB chunks were slower even two per thread
+ * (doc/PERFORMANCE.md section 0).
  */
 #define PLACEFS_CHUNK_TARGET_COUNT 16
 #define PLACEFS_CHUNK_MIN          (4ULL << 10)
@@ -90,7 +101,9 @@ struct placefs_dest {
  * PLACEFS_HOST_BUFFER_MIN..MAX). "none" succeeds with *out = NULL.
  * Errors: -EINVAL (a device that placefs_device_check() refuses, sizes), -ENODEV (no such CUDA device; the message
  * is "cuda:N requested but no CUDA device is available: <CUDA error>"),
- * -EOPNOTSUPP (cuda:N in a build without CUDA), -ENOMEM, -EIO.
+ * -EOPNOTSUPP (cuda:N in a build without CUDA), -ENOMEM, -EIO, -ENOSPC (host:
+ * the ring cannot be reserved in /dev/shm), -EEXIST (host: 16 random names
+ * all taken).
  */
 int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint64_t host_buffer,
                            struct placefs_backend **out, struct placefs_error *err);
@@ -164,13 +177,20 @@ int placefs_backend_src_to_ring(struct placefs_backend *be, const unsigned *chun
 /*
  * Copies ring bytes [ring_off, ring_off + n) to `dest` and returns when they
  * are there. The destination is imported on first use and cached (CUDA IPC:
- * opened once per handle; shm: mapped once per object, re-mapped when the
+ * opened once per handle; shm: opened once per object, re-opened when the
  * name now refers to another object), until placefs_backend_sweep() finds
  * it dead, it is the oldest idle one of DEST_CACHE_MAX (64), or
  * placefs_backend_free().
+ * A shm destination is never mapped: the bytes go in with pwrite() on its
+ * descriptor, so whatever its owner does to it meanwhile (ftruncate it
+ * shorter, leave it sparse on a full /dev/shm) costs that copy an errno and
+ * never the daemon a SIGBUS. An object shrunk after the size check is grown
+ * back to at most `size` bytes by the write (its owner's memory, which it
+ * had already); one whose pages /dev/shm cannot supply gives -ENOSPC.
  * Errors: -EINVAL (range, handle syntax, offset + n > size, size larger than
- * the shm object), -ENOENT (no such shm object), -EACCES (check_uid),
- * -EOPNOTSUPP (CUDA IPC destination on the host backend), -EIO (CUDA).
+ * the shm object, not a regular file), -ENOENT (no such shm object), -EACCES
+ * (check_uid), -EOPNOTSUPP (CUDA IPC destination on the host backend), -EIO
+ * (CUDA), -ENOSPC, -EFBIG (pwrite into the shm object).
  * A 0-byte copy checks the arguments and touches nothing.
  */
 int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,
@@ -184,7 +204,7 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
  * ESRCH: a client killed before it could unlink, a CUDA allocation whose
  * owner is gone). Entries a copy is using stay. Costs a system call or two
  * per cached entry; the daemon calls it about once a second, so an exited
- * client's destination stays mapped (its pages allocated) for about that
+ * client's destination stays open (its pages allocated) for about that
  * long (placefs_backend_copy_out() also sweeps before each new import).
  * Returns how many were dropped. `be` is const because callers reach
  * the backend through placefs_stager_backend(); the cache it changes is
@@ -192,7 +212,7 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
  */
 unsigned placefs_backend_sweep(const struct placefs_backend *be);
 
-/* How many destinations are cached now (mapped shm objects, opened IPC handles). */
+/* How many destinations are cached now (open shm objects, opened IPC handles). */
 unsigned placefs_backend_dest_count(const struct placefs_backend *be);
 
 /*

@@ -11,18 +11,28 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "backend_i.h"
+#include "size.h"
 
 /*
  * The host backend: the ring is a POSIX shared-memory object that other
  * processes map by name (the export handle), the bounce chunks are aligned
- * heap memory and every copy is a synchronous memcpy. It runs the same
- * protocol as the CUDA backend so the whole staging path can be tested on
- * machines without a GPU.
+ * heap memory and every copy is a synchronous memcpy (into the ring) or
+ * pwrite() (out to a client's shm destination). It runs the same protocol as
+ * the CUDA backend so the whole staging path can be tested on machines
+ * without a GPU.
+ *
+ * Every byte is reserved at creation: the ring with posix_fallocate() (a
+ * sparse tmpfs object would raise SIGBUS at the first page that /dev/shm
+ * cannot supply), the bounce chunks by writing them once.
  */
+
+#define SHM_DIR "/dev/shm"
 
 struct host_priv {
 	uint8_t *ring;
@@ -30,13 +40,119 @@ struct host_priv {
 	char name[64];
 };
 
-static unsigned host_seq;
+static int random_u64(uint64_t *r)
+{
+	uint8_t *p = (uint8_t *)r;
+	size_t got = 0;
+
+	while (got < sizeof(*r)) {
+		ssize_t k = getrandom(p + got, sizeof(*r) - got, 0);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+int (*placefs__shm_random)(uint64_t *r) = random_u64;
+
+/*
+ * Creates the ring's object under a fresh unguessable name (backend_i.h),
+ * retrying names that exist; the descriptor, or a negative errno.
+ */
+static int ring_create(char *name, size_t len, struct placefs_error *err)
+{
+	unsigned t;
+	uint64_t r;
+	int fd, rc;
+
+	for (t = 0; t < PLACEFS__SHM_NAME_TRIES; t++) {
+		rc = placefs__shm_random(&r);
+		if (rc != 0)
+			return placefs_error_set(
+			        err, rc, PLACEFS_E_IO,
+			        "host: no random bytes for a shared memory name: %s",
+			        strerror(-rc));
+		snprintf(name, len, "/placefs-%ld-%llu", (long)getpid(), (unsigned long long)r);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST)
+			return placefs_error_set(err, -errno, PLACEFS_E_IO,
+			                         "host: cannot create shared memory \"%s\": %s",
+			                         name, strerror(errno));
+	}
+	return placefs_error_set(err, -EEXIST, PLACEFS_E_IO,
+	                         "host: cannot create shared memory: %u random names in %s "
+	                         "were all taken",
+	                         PLACEFS__SHM_NAME_TRIES, SHM_DIR);
+}
+
+/*
+ * Free bytes of /dev/shm for an unprivileged writer; UINT64_MAX when statvfs
+ * cannot say, or says nothing (a tmpfs mounted with size=0 has no limit and
+ * reports 0 blocks).
+ */
+static uint64_t shm_free_bytes(uint64_t *total)
+{
+	struct statvfs vs;
+
+	*total = 0;
+	if (statvfs(SHM_DIR, &vs) != 0 || vs.f_blocks == 0)
+		return UINT64_MAX;
+	*total = (uint64_t)vs.f_blocks * vs.f_frsize;
+	return (uint64_t)vs.f_bavail * vs.f_frsize;
+}
+
+static int reserve_fail(const char *name, uint64_t bytes, int rc, struct placefs_error *err)
+{
+	char want[32], have[32], all[32];
+	uint64_t total, avail = shm_free_bytes(&total);
+
+	placefs_size_format(bytes, want, sizeof(want));
+	if (avail == UINT64_MAX)
+		return placefs_error_set(err, rc, PLACEFS_E_IO,
+		                         "host: cannot reserve the %llu-byte (%s) ring \"%s\" in "
+		                         "%s: %s",
+		                         (unsigned long long)bytes, want, name, SHM_DIR,
+		                         strerror(-rc));
+	placefs_size_format(avail, have, sizeof(have));
+	placefs_size_format(total, all, sizeof(all));
+	return placefs_error_set(err, rc, PLACEFS_E_IO,
+	                         "host: cannot reserve the %llu-byte (%s) ring \"%s\": %s has "
+	                         "%llu bytes (%s) free of %s: %s",
+	                         (unsigned long long)bytes, want, name, SHM_DIR,
+	                         (unsigned long long)avail, have, all, strerror(-rc));
+}
+
+/*
+ * Allocates every page of the ring's object now: refused at once when
+ * /dev/shm has less free space than that, else posix_fallocate() (which
+ * also catches a /dev/shm filled meanwhile).
+ */
+static int ring_reserve(int fd, const char *name, uint64_t bytes, struct placefs_error *err)
+{
+	uint64_t total;
+	int rc;
+
+	if (shm_free_bytes(&total) < bytes)
+		return reserve_fail(name, bytes, -ENOSPC, err);
+	do
+		rc = posix_fallocate(fd, 0, (off_t)bytes);
+	while (rc == EINTR);
+	if (rc != 0)
+		return reserve_fail(name, bytes, -rc, err);
+	return 0;
+}
 
 static int host_open(struct placefs_backend *be, int device, struct placefs_error *err)
 {
 	struct host_priv *hp;
 	uint64_t ring_bytes = be->info.ring_bytes;
-	unsigned seq;
 	int fd, rc;
 
 	(void)device;
@@ -47,14 +163,9 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 	hp = calloc(1, sizeof(*hp));
 	if (!hp)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "host: out of memory");
-	seq = __atomic_fetch_add(&host_seq, 1, __ATOMIC_RELAXED);
-	snprintf(hp->name, sizeof(hp->name), "/placefs-%ld-%u", (long)getpid(), seq);
-
-	fd = shm_open(hp->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = ring_create(hp->name, sizeof(hp->name), err);
 	if (fd < 0) {
-		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
-		                       "host: cannot create shared memory \"%s\": %s", hp->name,
-		                       strerror(errno));
+		rc = fd;
 		goto fail_shm;
 	}
 	/* Held until the ring goes: placefs_shm_remove_stale() never takes a locked object. */
@@ -64,12 +175,9 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       strerror(errno));
 		goto fail_size;
 	}
-	if (ftruncate(fd, (off_t)ring_bytes) != 0) {
-		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
-		                       "host: cannot size shared memory \"%s\" to %llu bytes: %s",
-		                       hp->name, (unsigned long long)ring_bytes, strerror(errno));
+	rc = ring_reserve(fd, hp->name, ring_bytes, err);
+	if (rc != 0)
 		goto fail_size;
-	}
 	hp->ring = mmap(NULL, (size_t)ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (hp->ring == MAP_FAILED) {
 		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
@@ -86,6 +194,8 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       (unsigned long long)be->info.host_buffer_bytes);
 		goto fail_buf;
 	}
+	/* Touched once: the pages are the process's from now on, not at the first stage. */
+	memset(be->host_buf, 0, be->info.host_buffer_bytes);
 
 	be->priv = hp;
 	be->info.handle_kind = PLACEFS_IOC_HANDLE_HOST_SHM;
@@ -150,6 +260,15 @@ static int host_ring_to_host(struct placefs_backend *be, uint64_t ring_off, void
 	return 0;
 }
 
+/* Straight from the ring (reserved, never shrunk) into the destination's file. */
+static int host_ring_to_fd(struct placefs_backend *be, uint64_t ring_off, int fd, uint64_t off,
+                           uint64_t n, struct placefs_error *err)
+{
+	struct host_priv *hp = be->priv;
+
+	return placefs__pwrite_dest(fd, hp->ring + ring_off, n, off, "destination shm", err);
+}
+
 const struct placefs_backend_ops placefs__host_ops = {
         .name = "host",
         .open = host_open,
@@ -158,6 +277,7 @@ const struct placefs_backend_ops placefs__host_ops = {
         .chunk_poll = host_chunk_poll,
         .chunk_wait = host_chunk_wait,
         .ring_to_host = host_ring_to_host,
+        .ring_to_fd = host_ring_to_fd,
         /* No CUDA here: CUDA IPC destinations are refused with -EOPNOTSUPP. */
         .ipc_open = NULL,
         .ipc_close = NULL,
@@ -166,18 +286,22 @@ const struct placefs_backend_ops placefs__host_ops = {
 
 /* ---- stale objects ----------------------------------------------------------- */
 
-#define SHM_DIR "/dev/shm"
-
-/* Skips "<digits>" at *p; the value, or -1 when there are none or too many. */
-static long long scan_num(const char **p)
+/*
+ * Skips "<digits>" at *p, at most max of them; the value (saturated at
+ * LLONG_MAX), or -1 when there are none or more than max.
+ */
+static long long scan_num(const char **p, int max)
 {
 	long long v = 0;
 	int n = 0;
 
 	while (**p >= '0' && **p <= '9') {
-		if (++n > 10)
+		if (++n > max)
 			return -1;
-		v = v * 10 + (**p - '0');
+		if (v <= (LLONG_MAX - 9) / 10)
+			v = v * 10 + (**p - '0');
+		else
+			v = LLONG_MAX;
 		(*p)++;
 	}
 	return n ? v : -1;
@@ -185,7 +309,9 @@ static long long scan_num(const char **p)
 
 /*
  * The pid in a name placefs gives shared memory: "placefs-<pid>-<n>" (a host
- * ring) or "placefs-client-<pid>-<n>" (lib/client.c); 0 for any other name.
+ * ring; n is random now, a small counter in older versions) or
+ * "placefs-client-<pid>-<n>" (lib/client.c, the same); 0 for any other name.
+ * <pid> has at most 10 digits, <n> at most 20 (a 64-bit number).
  */
 static pid_t shm_name_pid(const char *name)
 {
@@ -197,8 +323,8 @@ static pid_t shm_name_pid(const char *name)
 	p = name + 8;
 	if (strncmp(p, "client-", 7) == 0)
 		p += 7;
-	pid = scan_num(&p);
-	if (pid <= 0 || pid > INT_MAX || *p++ != '-' || scan_num(&p) < 0 || *p != '\0')
+	pid = scan_num(&p, 10);
+	if (pid <= 0 || pid > INT_MAX || *p++ != '-' || scan_num(&p, 20) < 0 || *p != '\0')
 		return 0;
 	return (pid_t)pid;
 }

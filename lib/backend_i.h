@@ -30,9 +30,18 @@ struct placefs_backend_ops {
 	                     struct placefs_error *err);
 	int (*chunk_poll)(struct placefs_backend *be, unsigned i);
 	int (*chunk_wait)(struct placefs_backend *be, unsigned i, struct placefs_error *err);
-	/* Ring -> host memory (the caller's buffer or a mapped shm destination). */
+	/* Ring -> host memory of the daemon (placefs_backend_read_ring()'s buffer). */
 	int (*ring_to_host)(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,
 	                    struct placefs_error *err);
+	/*
+	 * Ring -> bytes [off, off + n) of the file open on fd (a shm
+	 * destination): written with pwrite(), never through a mapping, so a
+	 * client that shrinks or overfills its object gets an errno (-ENOSPC,
+	 * -EFBIG, -EIO) and the daemon no SIGBUS. NULL: backend.c goes through
+	 * ring_to_host() into a heap buffer, then pwrite().
+	 */
+	int (*ring_to_fd)(struct placefs_backend *be, uint64_t ring_off, int fd, uint64_t off,
+	                  uint64_t n, struct placefs_error *err);
 	/* CUDA IPC destinations; NULL when the backend cannot serve them. */
 	int (*ipc_open)(struct placefs_backend *be, const uint8_t *handle, void **ptr,
 	                struct placefs_error *err);
@@ -80,6 +89,26 @@ struct placefs_backend {
 };
 
 extern const struct placefs_backend_ops placefs__host_ops;
+
+/*
+ * pwrite()s all n bytes of buf at off of fd, for ring_to_fd; 0 or a negative
+ * errno with a message naming `what` (a short write that makes no progress
+ * is -EIO).
+ */
+int placefs__pwrite_dest(int fd, const void *buf, uint64_t n, uint64_t off, const char *what,
+                         struct placefs_error *err);
+
+/*
+ * The host backend's shared-memory names: "/placefs-<pid>-<r>" with r a
+ * random 64-bit number in decimal (placefs_shm_remove_stale() reads the pid;
+ * nobody can guess r, so nobody can take the name first). The object is
+ * made with O_CREAT | O_EXCL, and a name that exists already is retried with
+ * a fresh r, PLACEFS__SHM_NAME_TRIES times in all before -EEXIST.
+ * placefs__shm_random fills *r (getrandom(2)); 0 or a negative errno. Tests
+ * replace it to force collisions; nothing else may.
+ */
+#define PLACEFS__SHM_NAME_TRIES 16
+extern int (*placefs__shm_random)(uint64_t *r);
 #ifdef HAVE_CUDA
 extern const struct placefs_backend_ops placefs__cuda_ops;
 /* cudaGetDeviceCount(), as a count or -ENODEV with the CUDA error in err. */

@@ -5,24 +5,42 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ckpt.h"
 #include "index.h"
+#include "io.h"
 
 #define AUTO_INDEX "model.safetensors.index.json"
 #define ST_SUFFIX  ".safetensors"
 
+/* What placefs_ckpt_shard_check() needs beyond the public struct placefs_shard. */
+struct shard_priv {
+	pthread_mutex_t lock;       /* serialises the re-read of the header */
+	_Atomic uint64_t ctime_ok;  /* the last ctime (ns) whose header matched */
+	_Atomic uint64_t ctime_bad; /* the last one whose header did not (0: none) */
+	uint8_t *hdr;               /* the 8 + N header bytes validated at open */
+	size_t hdr_len;
+};
+
 struct placefs_ckpt {
-	char *source;     /* as given */
-	char *dir;        /* absolute, lexically normalised */
-	char *disp;       /* the source directory as the user wrote it, for messages */
-	char *index;      /* as given, or AUTO_INDEX; NULL without an index */
-	char *index_disp; /* the index as the user would write it, for messages */
+	char *source;            /* as given */
+	char *root;              /* directory shards are opened beneath; NULL: a file source */
+	char *root_rel;          /* dir relative to root ("" when they are the same) */
+	struct shard_priv *priv; /* one per shard, once the shard list is final */
+	char *dir;               /* absolute, lexically normalised */
+	char *disp;              /* the source directory as the user wrote it, for messages */
+	char *index;             /* as given, or AUTO_INDEX; NULL without an index */
+	char *index_disp;        /* the index as the user would write it, for messages */
 	struct placefs_shard *shards;
 	size_t nshards;
 	struct placefs_tensor *tensors;
@@ -129,12 +147,19 @@ void placefs_ckpt_free(struct placefs_ckpt *ck)
 	for (size_t i = 0; i < ck->nshards; i++) {
 		struct placefs_shard *sh = &ck->shards[i];
 
+		if (ck->priv) {
+			pthread_mutex_destroy(&ck->priv[i].lock);
+			free(ck->priv[i].hdr);
+		}
 		if (sh->fd >= 0)
 			close(sh->fd);
 		placefs_st_header_free((struct placefs_st_header *)sh->header);
 		free((char *)sh->file);
 		free((char *)sh->path);
 	}
+	free(ck->priv);
+	free(ck->root);
+	free(ck->root_rel);
 	free(ck->shards);
 	free(ck->tensors);
 	free(ck->index_disp);
@@ -175,13 +200,130 @@ static int add_shard(struct placefs_ckpt *ck, char *file, size_t *alloc, struct 
 	return 0;
 }
 
+/* A timestamp as one number, so that it can be compared atomically (until 2554). */
+static uint64_t ts_ns(struct timespec t)
+{
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/*
+ * The directory shards of a directory source are confined to: the source
+ * directory itself, or for a Hugging Face snapshot (.../snapshots/REV) the
+ * repository directory two levels up, whose blobs/ the snapshot links into.
+ */
+static int set_root(struct placefs_ckpt *ck)
+{
+	const char *d = ck->dir;
+	const char *last = strrchr(d, '/');
+	const char *prev = NULL;
+
+	if (last && last > d) {
+		for (prev = last - 1; prev > d && *prev != '/'; prev--)
+			;
+	}
+	if (prev && *prev == '/' && (size_t)(last - prev - 1) == strlen("snapshots") &&
+	    memcmp(prev + 1, "snapshots", strlen("snapshots")) == 0 && strcmp(last + 1, "..") &&
+	    strcmp(last + 1, ".")) {
+		ck->root = prev == d ? strdup("/") : strndup(d, (size_t)(prev - d));
+		ck->root_rel = strdup(prev + 1);
+	} else {
+		ck->root = strdup(d);
+		ck->root_rel = strdup("");
+	}
+	return ck->root && ck->root_rel ? 0 : -ENOMEM;
+}
+
+/* 1 if the real path `p` is `root` or beneath it. */
+static int path_beneath(const char *p, const char *root)
+{
+	size_t n = strlen(root);
+
+	if (strcmp(root, "/") == 0)
+		return 1;
+	return strncmp(p, root, n) == 0 && (p[n] == '/' || p[n] == '\0');
+}
+
+/*
+ * Opens `file` (relative to the source directory) beneath ck->root. Returns
+ * a descriptor, or -errno: -EXDEV when the path or a link in it leads out.
+ */
+static int open_beneath(const struct placefs_ckpt *ck, const char *file, int flags)
+{
+	struct open_how how = {.flags = (uint64_t)flags,
+	                       .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+	char *rel = NULL, *rroot = NULL;
+	char link[64], got[PATH_MAX];
+	int rfd, fd = -1, e;
+	ssize_t n;
+
+	if (asprintf(&rel, "%s%s%s", ck->root_rel, ck->root_rel[0] ? "/" : "", file) < 0)
+		return -ENOMEM;
+	rfd = open(ck->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rfd < 0) {
+		e = -errno;
+		goto out;
+	}
+	for (int tries = 0; tries < 8; tries++) {
+		fd = (int)syscall(SYS_openat2, rfd, rel, &how, sizeof(how));
+		if (fd >= 0 || errno != EAGAIN)
+			break;
+	}
+	/* ENOSYS: Linux < 5.6; EPERM: a seccomp filter that predates openat2. */
+	if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) {
+		e = fd >= 0 ? fd : -errno;
+		goto out;
+	}
+	/* No openat2: open, then check where the descriptor landed. */
+	fd = openat(rfd, rel, flags);
+	if (fd < 0) {
+		e = -errno;
+		goto out;
+	}
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, got, sizeof(got) - 1);
+	rroot = realpath(ck->root, NULL);
+	if (n < 0 || !rroot) {
+		e = -EXDEV;
+		goto out;
+	}
+	got[n] = '\0';
+	e = path_beneath(got, rroot) ? fd : -EXDEV;
+out:
+	if (e < 0 && fd >= 0)
+		close(fd);
+	if (rfd >= 0)
+		close(rfd);
+	free(rroot);
+	free(rel);
+	return e;
+}
+
+/* Keeps the 8 + N header bytes validated, for placefs_ckpt_shard_check(). */
+static int keep_header(struct shard_priv *p, int fd, const struct placefs_st_header *h,
+                       const char *disp, struct placefs_error *err)
+{
+	size_t len = (size_t)placefs_st_header_data_start(h);
+	ssize_t r;
+
+	p->hdr = malloc(len);
+	if (!p->hdr)
+		return nomem(err);
+	r = placefs_io_pread_full(fd, p->hdr, len, 0);
+	if (r < 0 || (size_t)r != len)
+		return placefs_error_set(err, r < 0 ? (int)r : -EIO, PLACEFS_E_IO,
+		                         "cannot read shard %s again: %s", disp,
+		                         r < 0 ? strerror((int)-r) : "it shrank");
+	p->hdr_len = len;
+	return 0;
+}
+
 /*
  * Opens, checks and parses one shard. The header is validated against the
  * size from the same fstat that is recorded, so what placefs_ckpt_shard_check
  * compares with is exactly what was validated.
  */
 static int open_shard(const struct placefs_ckpt *ck, struct placefs_shard *sh,
-                      struct placefs_error *err)
+                      struct shard_priv *priv, struct placefs_error *err)
 {
 	struct placefs_st_header *h = NULL;
 	char *disp = join(ck->disp, sh->file);
@@ -191,11 +333,25 @@ static int open_shard(const struct placefs_ckpt *ck, struct placefs_shard *sh,
 	if (!disp)
 		return nomem(err);
 	/* O_NONBLOCK keeps a FIFO posing as a shard from hanging the open. */
-	sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (ck->root) {
+		int r = open_beneath(ck, sh->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+		sh->fd = r >= 0 ? r : -1;
+		errno = r >= 0 ? 0 : -r;
+	} else {
+		sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	}
 	if (sh->fd < 0) {
 		int e = errno;
 
-		if (e == ENOENT && ck->index)
+		if (e == EXDEV || e == ELOOP)
+			rc = placefs_error_set(
+			        err, -EXDEV, ck->index ? PLACEFS_E_INDEX : PLACEFS_E_SOURCE,
+			        "shard %s (%s) leads outside %s through a symbolic link%s; shards "
+			        "must stay inside the source directory",
+			        sh->file, disp, ck->root,
+			        e == ELOOP ? " (or a loop of links)" : "");
+		else if (e == ENOENT && ck->index)
 			rc = placefs_error_set(err, -e, PLACEFS_E_INDEX,
 			                       "%s: shard %s listed in the index is missing (%s)",
 			                       ck->index_disp, sh->file, disp);
@@ -229,7 +385,10 @@ static int open_shard(const struct placefs_ckpt *ck, struct placefs_shard *sh,
 	sh->ino = st.st_ino;
 	sh->size = (uint64_t)st.st_size;
 	sh->mtime = st.st_mtim;
+	sh->ctime = st.st_ctim;
 	sh->mode = st.st_mode;
+	atomic_store(&priv->ctime_ok, ts_ns(st.st_ctim));
+	rc = keep_header(priv, sh->fd, h, disp, err);
 out:
 	free(disp);
 	return rc;
@@ -498,7 +657,7 @@ static int open_dir_source(struct placefs_ckpt *ck, const char *index, struct pl
 		                         errno == ENOMEM ? PLACEFS_E_NOMEM : PLACEFS_E_SOURCE,
 		                         "cannot resolve %s: %s", ck->source, strerror(errno));
 	ck->disp = strdup(ck->source);
-	if (!ck->disp)
+	if (!ck->disp || set_root(ck))
 		return nomem(err);
 	if (index) {
 		if (!*index)
@@ -596,8 +755,15 @@ int placefs_ckpt_open(const char *source, const char *index, struct placefs_ckpt
 	}
 	if (rc)
 		goto fail;
+	ck->priv = calloc(ck->nshards ? ck->nshards : 1, sizeof(*ck->priv));
+	if (!ck->priv) {
+		rc = nomem(err);
+		goto fail;
+	}
+	for (size_t i = 0; i < ck->nshards; i++)
+		pthread_mutex_init(&ck->priv[i].lock, NULL);
 	for (size_t i = 0; i < ck->nshards; i++) {
-		rc = open_shard(ck, &ck->shards[i], err);
+		rc = open_shard(ck, &ck->shards[i], &ck->priv[i], err);
 		if (rc)
 			goto fail;
 	}
@@ -652,10 +818,71 @@ const struct placefs_tensor *placefs_ckpt_tensors(const struct placefs_ckpt *ck)
 	return ck->tensors;
 }
 
+static int stale_rewritten(const struct placefs_shard *sh, struct placefs_error *err)
+{
+	return placefs_error_set(err, -ESTALE, PLACEFS_E_IO,
+	                         "shard %s was rewritten since mount: same size and modification "
+	                         "time, but a new change time and a different header",
+	                         sh->path);
+}
+
+/*
+ * Size, mtime and inode match. A new ctime means the inode changed all the
+ * same (a write, a chmod, a utimensat putting the mtime back): the header is
+ * read again and must be the one validated. `fst` is the fstat taken before
+ * the read, so a change during it shows a newer ctime at the next check.
+ */
+static int ctime_check(const struct placefs_ckpt *ck, size_t i, const struct stat *fst,
+                       struct placefs_error *err)
+{
+	const struct placefs_shard *sh = &ck->shards[i];
+	struct shard_priv *p;
+	uint8_t *buf = NULL;
+	uint64_t now;
+	ssize_t r;
+	int rc = 0;
+
+	if (!ck->priv)
+		return 0;
+	p = &ck->priv[i];
+	now = ts_ns(fst->st_ctim);
+	if (atomic_load_explicit(&p->ctime_ok, memory_order_acquire) == now)
+		return 0; /* the common case: no lock */
+	/* Known bad: refused without reading the header again at every request. */
+	if (atomic_load_explicit(&p->ctime_bad, memory_order_acquire) == now)
+		return stale_rewritten(sh, err);
+	pthread_mutex_lock(&p->lock);
+	if (atomic_load_explicit(&p->ctime_ok, memory_order_acquire) == now)
+		goto out; /* another thread read the header meanwhile */
+	buf = malloc(p->hdr_len ? p->hdr_len : 1);
+	if (!buf) {
+		rc = nomem(err);
+		goto out;
+	}
+	r = placefs_io_pread_full(sh->fd, buf, p->hdr_len, 0);
+	if (r < 0 || (size_t)r != p->hdr_len) {
+		rc = placefs_error_set(err, -EIO, PLACEFS_E_IO,
+		                       "shard %s changed since mount and its header cannot be read "
+		                       "again: %s",
+		                       sh->path, r < 0 ? strerror((int)-r) : "short read");
+		goto out;
+	}
+	if (memcmp(buf, p->hdr, p->hdr_len) != 0) {
+		atomic_store_explicit(&p->ctime_bad, now, memory_order_release);
+		rc = stale_rewritten(sh, err);
+		goto out;
+	}
+	atomic_store_explicit(&p->ctime_ok, now, memory_order_release);
+out:
+	pthread_mutex_unlock(&p->lock);
+	free(buf);
+	return rc;
+}
+
 int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct placefs_error *err)
 {
 	const struct placefs_shard *sh;
-	struct stat st;
+	struct stat st, fst;
 
 	if (!ck || i >= ck->nshards)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE, "ckpt: no shard %zu", i);
@@ -663,6 +890,7 @@ int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct pla
 	if (fstat(sh->fd, &st) != 0)
 		return placefs_error_set(err, -errno, PLACEFS_E_IO, "cannot stat shard %s: %s",
 		                         sh->path, strerror(errno));
+	fst = st;
 	if ((uint64_t)st.st_size < sh->size)
 		return placefs_error_set(err, -EIO, PLACEFS_E_IO,
 		                         "shard %s shrank from %" PRIu64 " to %" PRIu64 " bytes",
@@ -677,8 +905,9 @@ int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct pla
 		return placefs_error_set(err, -ESTALE, PLACEFS_E_IO,
 		                         "shard %s was removed or replaced since mount: %s",
 		                         sh->path, strerror(errno));
-	if (st.st_dev != sh->dev || st.st_ino != sh->ino)
+	if (st.st_dev != sh->dev || st.st_ino != sh->ino || fst.st_dev != sh->dev ||
+	    fst.st_ino != sh->ino)
 		return placefs_error_set(err, -ESTALE, PLACEFS_E_IO,
 		                         "shard %s was replaced since mount", sh->path);
-	return 0;
+	return ctime_check(ck, i, &fst, err);
 }

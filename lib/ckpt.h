@@ -15,8 +15,16 @@
  *
  * Checkpoint order: shards sorted by path (byte order), tensors by offset.
  * Each shard stays open (O_RDONLY|O_CLOEXEC) for the life of the ckpt, and
- * what was validated (device, inode, size, mtime) is recorded so that
- * placefs_ckpt_shard_check() can detect a shard changed underneath.
+ * what was validated (device, inode, size, mtime, ctime, header bytes) is
+ * recorded so that placefs_ckpt_shard_check() can detect a shard changed
+ * underneath.
+ *
+ * Shards of a directory source are opened beneath it (openat2 with
+ * RESOLVE_BENEATH; where the kernel lacks it, the opened file's real path is
+ * checked instead): symbolic links among them may point only inside the
+ * source directory, or, for a Hugging Face snapshot (a directory whose parent
+ * is named "snapshots"), inside the repository directory above it, which
+ * holds blobs/. A file given as the source is opened as named.
  */
 #ifndef PLACEFS_CKPT_H
 #define PLACEFS_CKPT_H
@@ -38,6 +46,7 @@ struct placefs_shard {
 	ino_t ino;
 	uint64_t size;
 	struct timespec mtime;
+	struct timespec ctime; /* as validated at open; see placefs_ckpt_shard_check() */
 	mode_t mode;
 	const struct placefs_st_header *header;
 };
@@ -83,9 +92,15 @@ const struct placefs_tensor *placefs_ckpt_tensors(const struct placefs_ckpt *ck)
 
 /*
  * Verifies that shard i is still what was validated: fstat of the open fd
- * (size, mtime) and stat of its path (device, inode). Returns 0, or -ESTALE
- * (replaced or rewritten) / -EIO (shrunk) with a message naming the shard.
- * Thread-safe.
+ * (device, inode, size, mtime, ctime) and stat of its path (device, inode).
+ * The ctime cannot be set from user space, so a shard rewritten in place
+ * with its size and mtime put back (touch -d, tar -x, cp -p) shows a new
+ * one: then its header (8 + N bytes) is read again and compared byte for
+ * byte with the one validated; identical, the new ctime is accepted (a shard
+ * put back exactly serves again), different, the shard is stale. So a
+ * changed shard is never served as if it were the old one.
+ * Returns 0, or -ESTALE (replaced or rewritten) / -EIO (shrunk, or its header
+ * cannot be read again) with a message naming the shard. Thread-safe.
  */
 int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct placefs_error *err);
 

@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,7 +44,8 @@ struct placefs_client_ring {
 	void *ptr;
 };
 
-static unsigned shm_seq;
+/* Names tried before a destination gives up with EEXIST. */
+#define SHM_NAME_TRIES 16
 
 static int cfail(struct placefs_client_error *err, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
@@ -244,21 +246,64 @@ int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *
 
 /* ---- destinations ------------------------------------------------------------ */
 
+static int random_u64(uint64_t *r)
+{
+	uint8_t *p = (uint8_t *)r;
+	size_t got = 0;
+
+	while (got < sizeof(*r)) {
+		ssize_t k = getrandom(p + got, sizeof(*r) - got, 0);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+/*
+ * Creates a destination's object under "/placefs-client-<pid>-<r>", r a
+ * random 64-bit number, with O_EXCL: a name that exists (taken by anyone) is
+ * retried with another r. The descriptor, or a negative errno.
+ */
+static int shm_create(char *name, size_t len, struct placefs_client_error *err)
+{
+	uint64_t r;
+	int t, fd, rc;
+
+	for (t = 0; t < SHM_NAME_TRIES; t++) {
+		rc = random_u64(&r);
+		if (rc != 0)
+			return cfail(err, rc, "no random bytes for a shared memory name: %s",
+			             strerror(-rc));
+		snprintf(name, len, "/placefs-client-%ld-%llu", (long)getpid(),
+		         (unsigned long long)r);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST)
+			return cfail(err, -errno, "cannot create shared memory %s: %s", name,
+			             strerror(errno));
+	}
+	return cfail(err, -EEXIST, "cannot create shared memory: %d random names were all taken",
+	             SHM_NAME_TRIES);
+}
+
 static int dest_shm(struct placefs_client_dest *d, struct placefs_client_error *err)
 {
 	char name[64];
 	int fd, rc;
-	unsigned seq = __atomic_fetch_add(&shm_seq, 1, __ATOMIC_RELAXED);
 
-	snprintf(name, sizeof(name), "/placefs-client-%ld-%u", (long)getpid(), seq);
 	d->map_size = d->size ? d->size : 1;
 	if (d->map_size > (uint64_t)SIZE_MAX || d->map_size > (uint64_t)INT64_MAX)
 		return cfail(err, -EINVAL, "a destination of %llu bytes is too large",
 		             (unsigned long long)d->size);
-	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = shm_create(name, sizeof(name), err);
 	if (fd < 0)
-		return cfail(err, -errno, "cannot create shared memory %s: %s", name,
-		             strerror(errno));
+		return fd;
 	/*
 	 * Held for the destination's life, and dropped by the kernel if this
 	 * process dies: a daemon's placefs_shm_remove_stale() removes only
@@ -268,9 +313,16 @@ static int dest_shm(struct placefs_client_dest *d, struct placefs_client_error *
 		rc = cfail(err, -errno, "cannot lock shared memory %s: %s", name, strerror(errno));
 		goto fail;
 	}
-	if (ftruncate(fd, (off_t)d->map_size) != 0) {
-		rc = cfail(err, -errno, "cannot size shared memory %s to %llu bytes: %s", name,
-		           (unsigned long long)d->map_size, strerror(errno));
+	/*
+	 * Every page allocated now: a full /dev/shm is ENOSPC here, not a
+	 * SIGBUS when this process reads the mapping (or a failed stage).
+	 */
+	do
+		rc = posix_fallocate(fd, 0, (off_t)d->map_size);
+	while (rc == EINTR);
+	if (rc != 0) {
+		rc = cfail(err, -rc, "cannot reserve %llu bytes of shared memory %s: %s",
+		           (unsigned long long)d->map_size, name, strerror(rc));
 		goto fail;
 	}
 	d->ptr = mmap(NULL, (size_t)d->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -222,7 +222,12 @@ int placefs_index_load(const char *path, const char *file, struct placefs_index 
 	if (!file)
 		file = path;
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/*
+	 * O_NONBLOCK: a FIFO (or a device) posing as the index must not hang the
+	 * open; it is refused below as not a regular file. Links are followed
+	 * (a Hugging Face snapshot's index is one).
+	 */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return placefs_error_set(err, -errno, PLACEFS_E_IO, "%s: cannot open the index: %s",
 		                         file, strerror(errno));
@@ -233,6 +238,12 @@ int placefs_index_load(const char *path, const char *file, struct placefs_index 
 	}
 	if (!S_ISREG(st.st_mode)) {
 		rc = idx_fail(err, "%s: the index is not a regular file", file);
+		goto out;
+	}
+	/* Regular files ignore O_NONBLOCK; clear it anyway for plain blocking reads. */
+	if (fcntl(fd, F_SETFL, 0) != 0) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO, "%s: cannot use the index: %s",
+		                       file, strerror(errno));
 		goto out;
 	}
 	/* Refused before any allocation: the size comes from an untrusted file. */

@@ -40,6 +40,9 @@ struct placefs_json {
 	size_t nnums;
 };
 
+/* Array element counts are tracked this deep; cJSON refuses deeper nesting anyway. */
+#define LEX_TRACK_DEPTH (CJSON_NESTING_LIMIT + 2)
+
 struct lexer {
 	const unsigned char *p;
 	size_t len;
@@ -47,6 +50,13 @@ struct lexer {
 	size_t nnums, cap;
 	size_t depth, maxdepth;
 	size_t first_value; /* offset of the first token, len when none */
+	const struct placefs_json_limits *lim;
+	size_t ntokens;
+	/* Per open container: '[' or '{', and for arrays the commas seen so far. */
+	unsigned char *open;
+	size_t *commas;
+	/* The last string token at depth 1 and 2 (member names, for messages). */
+	size_t key_off[3], key_len[3];
 };
 
 struct jctx {
@@ -398,6 +408,59 @@ static int lex_literal(struct lexer *lx, size_t *pos, const struct jctx *c)
 	return jfail(c, "invalid literal at byte %zu", *pos);
 }
 
+/* The raw text of the last member name at `depth` (1 or 2), quoted for a message. */
+static const char *last_key(const struct lexer *lx, size_t depth, char *q, size_t qsize)
+{
+	char raw[PLACEFS_JSON_QUOTE_MAX];
+	size_t n = lx->key_len[depth];
+
+	if (n >= sizeof(raw))
+		n = sizeof(raw) - 1;
+	memcpy(raw, lx->p + lx->key_off[depth], n);
+	raw[n] = '\0';
+	return placefs_json_quote(q, qsize, raw);
+}
+
+/* One more value or key; refused past the document's token budget. */
+static int count_token(struct lexer *lx, size_t pos, const struct jctx *c)
+{
+	const struct placefs_json_limits *l = lx->lim;
+	size_t budget;
+
+	lx->ntokens++;
+	if (!l || !l->bytes_per_token)
+		return 0;
+	budget = lx->len / l->bytes_per_token + l->tokens_extra;
+	if (lx->ntokens <= budget)
+		return 0;
+	return jfail(c,
+	             "more than %zu values and names (at most one per %zu bytes of the %s, "
+	             "plus %zu), at byte %zu",
+	             budget, l->bytes_per_token, kind_where(c->kind), l->tokens_extra, pos);
+}
+
+/* A ',' inside an array: one more element after it. */
+static int count_element(struct lexer *lx, size_t pos, const struct jctx *c)
+{
+	const struct placefs_json_limits *l = lx->lim;
+	char q1[PLACEFS_JSON_QUOTE_MAX], q2[PLACEFS_JSON_QUOTE_MAX];
+
+	lx->commas[lx->depth]++;
+	if (!l || !l->array_max || lx->commas[lx->depth] < l->array_max)
+		return 0;
+	if (lx->depth >= 3 && lx->key_len[1] + lx->key_len[2] > 0)
+		return jfail(c,
+		             "%s %s: %s has more than %zu elements, the limit for any array "
+		             "(%s), at byte %zu",
+		             l->array_owner ? l->array_owner : "member",
+		             last_key(lx, 1, q1, sizeof(q1)), last_key(lx, 2, q2, sizeof(q2)),
+		             l->array_max, l->array_rule ? l->array_rule : "placefs", pos);
+	return jfail(c,
+	             "an array has more than %zu elements, the limit for any array (%s), at "
+	             "byte %zu",
+	             l->array_max, l->array_rule ? l->array_rule : "placefs", pos);
+}
+
 static int lex_all(struct lexer *lx, const struct jctx *c)
 {
 	size_t pos = 0;
@@ -413,12 +476,21 @@ static int lex_all(struct lexer *lx, const struct jctx *c)
 		}
 		if (lx->first_value == lx->len)
 			lx->first_value = pos;
+		if (ch != ',' && ch != ':' && ch != '}' && ch != ']') {
+			rc = count_token(lx, pos, c);
+			if (rc)
+				return rc;
+		}
 		switch (ch) {
 		case '{':
 		case '[':
 			lx->depth++;
 			if (lx->depth > lx->maxdepth)
 				lx->maxdepth = lx->depth;
+			if (lx->open && lx->depth < LEX_TRACK_DEPTH) {
+				lx->open[lx->depth] = ch;
+				lx->commas[lx->depth] = 0;
+			}
 			pos++;
 			break;
 		case '}':
@@ -428,12 +500,26 @@ static int lex_all(struct lexer *lx, const struct jctx *c)
 			pos++;
 			break;
 		case ',':
+			if (lx->open && lx->depth < LEX_TRACK_DEPTH && lx->open[lx->depth] == '[') {
+				rc = count_element(lx, pos, c);
+				if (rc)
+					return rc;
+			}
+			pos++;
+			break;
 		case ':': pos++; break;
-		case '"':
+		case '"': {
+			size_t start = pos;
+
 			rc = lex_string(lx, &pos, c);
 			if (rc)
 				return rc;
+			if (lx->depth >= 1 && lx->depth <= 2) {
+				lx->key_off[lx->depth] = start + 1;
+				lx->key_len[lx->depth] = pos - start - 2;
+			}
 			break;
+		}
 		case '-':
 		case '0':
 		case '1':
@@ -604,6 +690,13 @@ out:
 int placefs_json_parse(const char *file, const char *text, size_t len, enum placefs_errkind kind,
                        struct placefs_json **out, struct placefs_error *err)
 {
+	return placefs_json_parse_limited(file, text, len, kind, NULL, out, err);
+}
+
+int placefs_json_parse_limited(const char *file, const char *text, size_t len,
+                               enum placefs_errkind kind, const struct placefs_json_limits *lim,
+                               struct placefs_json **out, struct placefs_error *err)
+{
 	struct jctx c = {.file = file ? file : "(unknown)", .kind = kind, .err = err};
 	struct lexer lx = {0};
 	struct placefs_json *js = NULL;
@@ -623,7 +716,20 @@ int placefs_json_parse(const char *file, const char *text, size_t len, enum plac
 
 	lx.p = (const unsigned char *)text;
 	lx.len = len;
+	lx.lim = lim;
+	if (lim && lim->array_max) {
+		lx.open = calloc(LEX_TRACK_DEPTH, sizeof(*lx.open));
+		lx.commas = calloc(LEX_TRACK_DEPTH, sizeof(*lx.commas));
+		if (!lx.open || !lx.commas) {
+			rc = jnomem(&c);
+			goto fail;
+		}
+	}
 	rc = lex_all(&lx, &c);
+	free(lx.open);
+	free(lx.commas);
+	lx.open = NULL;
+	lx.commas = NULL;
 	if (rc)
 		goto fail;
 	if (lx.first_value == len) {
@@ -673,6 +779,8 @@ int placefs_json_parse(const char *file, const char *text, size_t len, enum plac
 	return 0;
 
 fail:
+	free(lx.open);
+	free(lx.commas);
 	free(lx.nums);
 	placefs_json_free(js);
 	return rc;

@@ -41,6 +41,29 @@ int placefs_json_parse(const char *file, const char *text, size_t len, enum plac
                        struct placefs_json **out, struct placefs_error *err);
 void placefs_json_free(struct placefs_json *js); /* NULL ok */
 
+/*
+ * Caps that keep the memory of a parse proportional to the text (cJSON takes
+ * some 64 bytes per value), checked by the lexer before cJSON allocates
+ * anything. Zero fields are no limit.
+ *  - array_max: elements in any one array. The message names the members at
+ *    depths 1 and 2 (array_owner, e.g. "tensor", then the field) and cites
+ *    array_rule.
+ *  - bytes_per_token, tokens_extra: at most len / bytes_per_token +
+ *    tokens_extra values and member names in the whole text.
+ */
+struct placefs_json_limits {
+	size_t array_max;
+	const char *array_owner;
+	const char *array_rule;
+	size_t bytes_per_token;
+	size_t tokens_extra;
+};
+
+/* placefs_json_parse() with caps (lim may be NULL: none). */
+int placefs_json_parse_limited(const char *file, const char *text, size_t len,
+                               enum placefs_errkind kind, const struct placefs_json_limits *lim,
+                               struct placefs_json **out, struct placefs_error *err);
+
 const cJSON *placefs_json_root(const struct placefs_json *js);
 
 /*

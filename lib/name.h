@@ -2,10 +2,13 @@
 /*
  * name: tensor name <-> mount file name.
  *
- * Encoding: '%' -> "%25", '/' -> "%2F", and a leading '.' -> "%2E"; every
- * other byte is kept. The mapping is injective. An empty name, a name with a
- * control character (bytes 0x01-0x1f and 0x7f), or an encoded name longer
- * than 255 bytes is refused.
+ * Encoding: '%' -> "%25", '/' -> "%2F", a leading '.' -> "%2E", and each
+ * byte of a C1 control (U+0080-U+009F) or a bidirectional formatting
+ * character (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) as %XX
+ * (U+202E -> "%E2%80%AE"), so that no file name hides or reorders what a
+ * listing shows; every other byte is kept. The mapping is injective. An
+ * empty name, a name with a C0 control character (bytes 0x01-0x1f and 0x7f),
+ * or an encoded name longer than 255 bytes is refused.
  */
 #ifndef PLACEFS_NAME_H
 #define PLACEFS_NAME_H

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -22,9 +23,13 @@
  * reference reader's wording in parentheses so the two can be compared.
  */
 
-#define META_KEY  "__metadata__"
-#define SNIFF_MAX 64
-#define LFS_MAGIC "version https://git-lfs"
+#define META_KEY     "__metadata__"
+#define STR_(x)      #x
+#define STR(x)       STR_(x)
+#define NDIM_MAX_STR STR(PLACEFS_ST_NDIM_MAX)
+#define SNIFF_MAX    64
+#define LFS_MAGIC    "version https://git-lfs"
+#define TRIM_MIN     (1u << 20) /* header bytes from which the tree's pages are returned */
 
 struct placefs_st_header {
 	uint64_t n;
@@ -133,6 +138,15 @@ int placefs_st_header_length(const char *file, const uint8_t *prefix, size_t pre
 		                         "%s: placefs_st_header_length needs the first 8 bytes",
 		                         file);
 	len = le64(prefix);
+	/*
+	 * No writer makes a header of 4 GiB or more: such a "length" is some other
+	 * file's first bytes (text, a secret behind a link), never echoed.
+	 */
+	if (len >> 32)
+		return fmt_fail(err,
+		                "%s: not a safetensors file: its first 8 bytes are not a header "
+		                "length (header too large)",
+		                file);
 	if (len > PLACEFS_ST_HEADER_MAX)
 		return fmt_fail(err,
 		                "%s: header too large: the header length is %" PRIu64
@@ -277,8 +291,12 @@ static int parse_tensor(struct parse_state *s, const cJSON *v, struct placefs_st
 				                placefs_json_type_name(f));
 			for (const cJSON *d = f->child; d; d = d->next)
 				nd++;
-			if (nd > UINT32_MAX)
-				return hdr_fail(s, "tensor %s: shape has too many dimensions", q);
+			if (nd > PLACEFS_ST_NDIM_MAX)
+				return hdr_fail(
+				        s,
+				        "tensor %s: shape has %zu dimensions, more than the "
+				        "limit of %d",
+				        q, nd, PLACEFS_ST_NDIM_MAX);
 			t->ndim = (uint32_t)nd;
 			t->shape = nd ? s->shape_next : NULL;
 			nd = 0;
@@ -433,6 +451,13 @@ static int check_offsets(const char *file, struct placefs_st_header *h, struct p
 int placefs_st_header_parse(const char *file, const char *json, size_t n, uint64_t file_size,
                             struct placefs_st_header **out, struct placefs_error *err)
 {
+	static const struct placefs_json_limits limits = {
+	        .array_max = PLACEFS_ST_NDIM_MAX,
+	        .array_owner = "tensor",
+	        .array_rule = "placefs accepts at most " NDIM_MAX_STR " dimensions per tensor",
+	        .bytes_per_token = PLACEFS_ST_BYTES_PER_TOKEN,
+	        .tokens_extra = PLACEFS_ST_TOKENS_EXTRA,
+	};
 	struct placefs_json *js = NULL;
 	struct placefs_st_header *h = NULL;
 	struct parse_state s = {0};
@@ -455,7 +480,7 @@ int placefs_st_header_parse(const char *file, const char *json, size_t n, uint64
 		                "file of %" PRIu64 " bytes",
 		                file, n, file_size);
 
-	rc = placefs_json_parse(file, json, n, PLACEFS_E_FORMAT, &js, err);
+	rc = placefs_json_parse_limited(file, json, n, PLACEFS_E_FORMAT, &limits, &js, err);
 	if (rc)
 		return rc;
 	root = placefs_json_root(js);
@@ -514,6 +539,12 @@ int placefs_st_header_parse(const char *file, const char *json, size_t n, uint64
 	}
 	placefs_json_free(js);
 	js = NULL;
+	/*
+	 * The tree of a large header is many small blocks that malloc keeps for
+	 * reuse; give their pages back, or a mount would hold them for its life.
+	 */
+	if (n >= TRIM_MIN)
+		malloc_trim(0);
 
 	qsort(h->tensors, h->count, sizeof(*h->tensors), tensor_cmp);
 	rc = check_offsets(file, h, err);

@@ -20,6 +20,22 @@
 
 #define PLACEFS_ST_HEADER_MAX 100000000ULL /* bytes, as the reference reader */
 
+/*
+ * Caps that bound the memory one header can cost (doc/FORMAT.md, "Caps"):
+ *  - PLACEFS_ST_NDIM_MAX: dimensions per tensor, and elements in any array
+ *    of a header (the reference reader has no cap; real models use at most
+ *    8);
+ *  - at most one JSON value or member name per PLACEFS_ST_BYTES_PER_TOKEN
+ *    bytes of header, plus PLACEFS_ST_TOKENS_EXTRA (the leanest real tensor
+ *    entry, `"ab":{"dtype":"F32","shape":[],"data_offsets":[0,4]}`, has 11
+ *    in 52 bytes).
+ * Both are checked before the JSON tree is built, so parsing a header costs
+ * a bounded multiple of its bytes (doc/RELIABILITY.md has the figures).
+ */
+#define PLACEFS_ST_NDIM_MAX        1024
+#define PLACEFS_ST_BYTES_PER_TOKEN 4
+#define PLACEFS_ST_TOKENS_EXTRA    4096
+
 struct placefs_st_tensor {
 	const char *name; /* UTF-8, NUL-free, may be empty */
 	enum placefs_dtype dtype;

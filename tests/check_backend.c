@@ -4,6 +4,8 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +13,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "backend_i.h" /* placefs__shm_random, to force name collisions */
+#include "clock.h"
 #include "testutil.h"
 
 static uint8_t pat(uint64_t i, unsigned seed)
@@ -489,6 +494,251 @@ START_TEST(test_shm_remove_stale)
 }
 END_TEST
 
+/* ---- hostile shared memory (issue 14) ----------------------------------------- */
+
+struct shrinker {
+	int fd;
+	uint64_t size;
+	atomic_int stop;
+	unsigned rounds;
+};
+
+static void *shrink_loop(void *arg)
+{
+	struct shrinker *s = arg;
+
+	while (!atomic_load(&s->stop)) {
+		if (ftruncate(s->fd, 0) != 0 || ftruncate(s->fd, (off_t)s->size) != 0)
+			break;
+		s->rounds++;
+	}
+	return NULL;
+}
+
+START_TEST(test_host_dest_shrunk_while_copying)
+{
+	/*
+	 * The owner of a destination ftruncate()s it to 0 and back in a loop
+	 * while copies run into it: each copy succeeds or fails with an errno,
+	 * and this process (the daemon's part) never dies of SIGBUS.
+	 */
+	const uint64_t size = 4 << 20;
+	struct placefs_backend *be = mk("host", size, 1 << 20);
+	struct shrinker sh = {.size = size};
+	struct placefs_error err;
+	struct placefs_dest d;
+	unsigned ok = 0, failed = 0, i;
+	char name[64];
+	pthread_t t;
+	uint64_t end;
+	uint8_t *p;
+	int rc;
+
+	for (i = 0; i < 64; i++)
+		push(be, i % 16, (uint64_t)i * 65536, 65536, 3);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-shrink", (long)getpid());
+	munmap(shm_make(name, size), size);
+	sh.fd = shm_open(name, O_RDWR, 0);
+	ck_assert_int_ge(sh.fd, 0);
+	ck_assert_int_eq(placefs_dest_shm(&d, name, 0, size, NULL), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, shrink_loop, &sh), 0);
+	end = placefs_clock_ns() + 1500000000ULL;
+	for (i = 0; i < 400 || placefs_clock_ns() < end; i++) {
+		if (i >= 4000)
+			break;
+		placefs_error_clear(&err);
+		rc = placefs_backend_copy_out(be, 0, size, &d, &err);
+		if (rc == 0) {
+			ok++;
+			continue;
+		}
+		ck_assert_msg(rc == -EINVAL || rc == -ENOSPC || rc == -EIO || rc == -EFAULT ||
+		                      rc == -EFBIG,
+		              "copy %u: %d %s", i, rc, err.msg);
+		failed++;
+	}
+	atomic_store(&sh.stop, 1);
+	pthread_join(t, NULL);
+	ck_assert_uint_gt(sh.rounds, 0);
+	ck_assert_uint_gt(ok + failed, 0);
+	/* At rest, the destination takes the bytes again, exactly. */
+	ck_assert_int_eq(ftruncate(sh.fd, (off_t)size), 0);
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_backend_copy_out(be, 65536, 65536, &d, &err) == 0, "%s", err.msg);
+	p = mmap(NULL, size, PROT_READ, MAP_SHARED, sh.fd, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	expect_pat(p, 65536, 3);
+	munmap(p, size);
+	close(sh.fd);
+	shm_unlink(name);
+	placefs_backend_free(be);
+}
+END_TEST
+
+START_TEST(test_host_ring_reserved)
+{
+	/* Every page of the ring is allocated at creation: no SIGBUS later. */
+	struct placefs_backend_info info;
+	struct placefs_backend *be = mk("host", 3 << 20, 64 << 10);
+	struct stat st;
+	int fd;
+
+	placefs_backend_get_info(be, &info);
+	fd = shm_open((char *)info.handle, O_RDONLY, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, 3 << 20);
+	ck_assert_msg((uint64_t)st.st_blocks * 512 >= (3 << 20),
+	              "the ring has %lld bytes allocated of %d", (long long)st.st_blocks * 512,
+	              3 << 20);
+	close(fd);
+	placefs_backend_free(be);
+}
+END_TEST
+
+START_TEST(test_host_ring_larger_than_shm)
+{
+	/* A ring /dev/shm cannot hold is refused, naming its size and the free space. */
+	struct placefs_backend *be = NULL;
+	struct placefs_error err;
+	struct statvfs vs;
+	uint64_t avail, ring;
+	char want[32];
+
+	ck_assert_int_eq(statvfs("/dev/shm", &vs), 0);
+	avail = (uint64_t)vs.f_bavail * vs.f_frsize;
+	ring = (avail + (1ULL << 30)) / 4096 * 4096;
+	snprintf(want, sizeof(want), "%llu-byte", (unsigned long long)ring);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_create(tu_device("host"), ring, 0, &be, &err), -ENOSPC);
+	ck_assert_ptr_null(be);
+	ck_assert_msg(strstr(err.msg, want) && strstr(err.msg, "/dev/shm has") &&
+	                      strstr(err.msg, "free of"),
+	              "%s", err.msg);
+	/* 1 TiB (the issue's -o ring_size=1T) likewise, on any machine with less free. */
+	if (avail < (1ULL << 40)) {
+		placefs_error_clear(&err);
+		ck_assert_int_eq(
+		        placefs_backend_create(tu_device("host"), 1ULL << 40, 0, &be, &err),
+		        -ENOSPC);
+		ck_assert_ptr_nonnull(strstr(err.msg, "1099511627776-byte (1 TiB)"));
+	}
+}
+END_TEST
+
+static unsigned rand_calls;
+static uint64_t rand_fixed;
+static unsigned rand_fixed_for;
+
+/* The first rand_fixed_for calls give rand_fixed, later ones fresh numbers. */
+static int rand_forced(uint64_t *r)
+{
+	if (rand_calls++ < rand_fixed_for) {
+		*r = rand_fixed;
+		return 0;
+	}
+	*r = rand_fixed + rand_calls;
+	return 0;
+}
+
+START_TEST(test_host_ring_name_squatted)
+{
+	/* A name someone else made first is never used, nor touched: another is tried. */
+	int (*saved)(uint64_t *) = placefs__shm_random;
+	struct placefs_backend_info info, info2;
+	struct placefs_backend *be, *be2 = NULL;
+	struct placefs_error err;
+	char squat[64], path[80];
+	struct stat st;
+	int fd;
+
+	/* Real names: random, different each time, "/placefs-<pid>-<digits>". */
+	be = mk("host", 4096, 0);
+	be2 = mk("host", 4096, 0);
+	placefs_backend_get_info(be, &info);
+	placefs_backend_get_info(be2, &info2);
+	ck_assert_str_ne((char *)info.handle, (char *)info2.handle);
+	{
+		char prefix[32];
+		const char *q;
+
+		snprintf(prefix, sizeof(prefix), "/placefs-%ld-", (long)getpid());
+		ck_assert_int_eq(strncmp((char *)info.handle, prefix, strlen(prefix)), 0);
+		q = (char *)info.handle + strlen(prefix);
+		ck_assert_uint_ge(strspn(q, "0123456789"), 1);
+		ck_assert_uint_eq(strspn(q, "0123456789"), strlen(q));
+	}
+	placefs_backend_free(be);
+	placefs_backend_free(be2);
+
+	rand_fixed = 4242;
+	snprintf(squat, sizeof(squat), "/placefs-%ld-%llu", (long)getpid(),
+	         (unsigned long long)rand_fixed);
+	snprintf(path, sizeof(path), "/dev/shm%s", squat);
+	munmap(shm_make(squat, 8192), 8192);
+
+	placefs__shm_random = rand_forced;
+	rand_calls = 0;
+	rand_fixed_for = 3;
+	be = mk("host", 4096, 0);
+	placefs_backend_get_info(be, &info);
+	ck_assert_str_ne((char *)info.handle, squat);
+	ck_assert_uint_eq(rand_calls, 4);
+	/* The squatter's object is as it was. */
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, 8192);
+	placefs_backend_free(be);
+	ck_assert_int_eq(stat(path, &st), 0);
+
+	/* Every try taken: a bounded number of tries, then EEXIST. */
+	rand_calls = 0;
+	rand_fixed_for = 1000;
+	placefs_error_clear(&err);
+	be = NULL;
+	ck_assert_int_eq(placefs_backend_create(tu_device("host"), 4096, 0, &be, &err), -EEXIST);
+	ck_assert_ptr_null(be);
+	ck_assert_uint_eq(rand_calls, PLACEFS__SHM_NAME_TRIES);
+	ck_assert_ptr_nonnull(strstr(err.msg, "were all taken"));
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, 8192);
+	placefs__shm_random = saved;
+	fd = shm_unlink(squat);
+	ck_assert_int_eq(fd, 0);
+}
+END_TEST
+
+START_TEST(test_shm_remove_stale_random_names)
+{
+	/* The random 64-bit tails of today's names are recognised (and 21 digits are not). */
+	pid_t dp = dead_pid();
+	char ring[64], cli[64], bad[64], path[80];
+	struct removed rem = {{NULL, NULL}, {0, 0}};
+	struct placefs_error err;
+	int tries, n;
+
+	snprintf(ring, sizeof(ring), "placefs-%ld-18446744073709551615", (long)dp);
+	snprintf(cli, sizeof(cli), "placefs-client-%ld-9876543210123", (long)dp);
+	snprintf(bad, sizeof(bad), "placefs-%ld-184467440737095516150", (long)dp);
+	shm_plant(bad);
+	rem.want[0] = ring;
+	rem.want[1] = cli;
+	for (tries = 0; tries < 20 && !(rem.seen[0] && rem.seen[1]); tries++) {
+		if (!rem.seen[0])
+			shm_plant(ring);
+		if (!rem.seen[1])
+			shm_plant(cli);
+		placefs_error_clear(&err);
+		n = placefs_shm_remove_stale(count_removed, &rem, &err);
+		ck_assert_msg(n >= 0, "%s", err.msg);
+	}
+	ck_assert_int_eq(rem.seen[0], 1);
+	ck_assert_int_eq(rem.seen[1], 1);
+	snprintf(path, sizeof(path), "/dev/shm/%s", bad);
+	ck_assert_msg(access(path, F_OK) == 0, "%s was removed", bad);
+	unlink(path);
+}
+END_TEST
+
 #ifdef HAVE_CUDA
 /* Runs the CUDA IPC destination test with a separate process as the client. */
 static const char *self_exe;
@@ -765,6 +1015,11 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, test_shm_remove_stale);
 	tcase_add_test(tc, test_host_zero_copy_checks);
 	tcase_add_test(tc, test_shm_name_check);
+	tcase_add_test(tc, test_host_dest_shrunk_while_copying);
+	tcase_add_test(tc, test_host_ring_reserved);
+	tcase_add_test(tc, test_host_ring_larger_than_shm);
+	tcase_add_test(tc, test_host_ring_name_squatted);
+	tcase_add_test(tc, test_shm_remove_stale_random_names);
 	suite_add_tcase(s, tc);
 	/* Its own case, so CK_RUN_CASE=core runs the host backend alone (valgrind). */
 	tc = tcase_create("cuda");

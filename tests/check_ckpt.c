@@ -3,6 +3,11 @@
 #include "config.h"
 
 #include <check.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -647,6 +653,218 @@ START_TEST(test_shard_check)
 }
 END_TEST
 
+/* Writes a shard of two F32[4] tensors, the first named n1, at `path`. */
+static void mk_pair(const char *path, const char *n1, const char *n2)
+{
+	mk(path, n1, 4u, n2, 4u, NULL);
+}
+
+/*
+ * Rewritten in place with the entries swapped (same header length, same
+ * size) and its mtime put back, as touch -d, tar -x and cp -p do: only the
+ * ctime tells. The check must fail; the bytes of "a" are now where "b" was.
+ */
+START_TEST(test_shard_check_ctime)
+{
+	char *p = at("s.safetensors"), *swapped = at("swapped.safetensors");
+	struct placefs_ckpt *ck;
+	struct placefs_error err;
+	struct timespec ts[2], nap = {0, 20 * 1000 * 1000};
+	struct stat st, st2;
+	uint8_t *buf;
+	size_t len;
+	int fd;
+
+	mk_pair(p, "a", "b");
+	mk_pair(swapped, "b", "a");
+	ck = open_ok(p, NULL);
+	ck_assert_int_eq(stat(p, &st), 0);
+	ck_assert_int_eq(placefs_ckpt_shard(ck, 0)->ctime.tv_sec, st.st_ctim.tv_sec);
+	ck_assert_int_eq(placefs_ckpt_shard(ck, 0)->ctime.tv_nsec, st.st_ctim.tv_nsec);
+	buf = tu_read_file(swapped, &len);
+	ck_assert_uint_eq(len, (size_t)st.st_size);
+	/* Timestamps are coarse: make sure the rewrite gets a later ctime. */
+	nanosleep(&nap, NULL);
+	fd = open(p, O_WRONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
+	ts[0] = st.st_atim;
+	ts[1] = st.st_mtim;
+	ck_assert_int_eq(futimens(fd, ts), 0);
+	close(fd);
+	ck_assert_int_eq(stat(p, &st2), 0);
+	ck_assert_uint_eq(st2.st_size, st.st_size);
+	ck_assert_int_eq(st2.st_mtim.tv_sec, st.st_mtim.tv_sec);
+	ck_assert_int_eq(st2.st_mtim.tv_nsec, st.st_mtim.tv_nsec);
+	ck_assert_int_eq(st2.st_ino, st.st_ino);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, &err), -ESTALE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "s.safetensors"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "different header"));
+	/* Still stale at the next check: the new ctime was not accepted. */
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), -ESTALE);
+	free(buf);
+
+	/* Put back exactly (same header): served again, and the new ctime is kept. */
+	buf = tu_read_file(swapped, &len);
+	free(buf);
+	mk_pair(swapped, "a", "b");
+	buf = tu_read_file(swapped, &len);
+	nanosleep(&nap, NULL);
+	fd = open(p, O_WRONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
+	ck_assert_int_eq(futimens(fd, ts), 0);
+	close(fd);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), 0);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), 0);
+	/* A chmod changes only the ctime: the header still matches. */
+	nanosleep(&nap, NULL);
+	ck_assert_int_eq(chmod(p, 0600), 0);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), 0);
+	free(buf);
+	placefs_ckpt_free(ck);
+	free(swapped);
+	free(p);
+}
+END_TEST
+
+/* Shards of a directory source may not leave it through symbolic links. */
+START_TEST(test_shard_symlink_escapes_refused)
+{
+	char *outside = at("outside/x.safetensors"), *src = at("src");
+	char *lnk = at("src/x.safetensors"), *dlnk = at("src/sub");
+	struct placefs_error err;
+	struct placefs_ckpt *ck;
+
+	mkdir_at("outside");
+	mkdir_at("src");
+	mkdir_at("src/real");
+	mk(outside, "a", 1u, NULL);
+	ck_assert_int_eq(symlink("../outside/x.safetensors", lnk), 0);
+	text_at("src/i1.json", "{\"weight_map\":{\"a\":\"x.safetensors\"}}");
+	err = open_fails(src, "i1.json", -EXDEV, PLACEFS_E_INDEX);
+	ck_assert_ptr_nonnull(strstr(err.msg, "x.safetensors"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "leads outside"));
+	/* Without an index, the link found by listing is refused the same way. */
+	err = open_fails(src, NULL, -EXDEV, PLACEFS_E_SOURCE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "x.safetensors"));
+	ck_assert_int_eq(unlink(lnk), 0);
+
+	/* A symlinked directory component. */
+	ck_assert_int_eq(symlink("../outside", dlnk), 0);
+	text_at("src/i2.json", "{\"weight_map\":{\"a\":\"sub/x.safetensors\"}}");
+	err = open_fails(src, "i2.json", -EXDEV, PLACEFS_E_INDEX);
+	ck_assert_ptr_nonnull(strstr(err.msg, "sub/x.safetensors"));
+
+	/* An absolute link, even to a file inside the source, is refused. */
+	char *inside = at("src/real/y.safetensors");
+	mk(inside, "a", 1u, NULL);
+	ck_assert_int_eq(symlink(inside, lnk), 0);
+	err = open_fails(src, "i1.json", -EXDEV, PLACEFS_E_INDEX);
+	ck_assert_int_eq(unlink(lnk), 0);
+
+	/* A relative link that stays inside is followed. */
+	ck_assert_int_eq(symlink("real/y.safetensors", lnk), 0);
+	ck = open_ok(src, "i1.json");
+	ck_assert_str_eq(placefs_ckpt_tensors(ck)[0].name, "a");
+	placefs_ckpt_free(ck);
+	free(inside);
+	free(dlnk);
+	free(lnk);
+	free(src);
+	free(outside);
+}
+END_TEST
+
+/* Makes openat2 fail with ENOSYS in this process, as on Linux < 5.6. */
+static int deny_openat2(void)
+{
+	struct sock_filter f[] = {
+	        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+	        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
+	        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+	        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return -1;
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+}
+
+/* Without openat2, the real path of the opened shard is checked instead. */
+START_TEST(test_shard_symlink_escapes_fallback)
+{
+	char *outside = at("outside/x.safetensors"), *src = at("src");
+	char *lnk = at("src/x.safetensors"), *inside = at("src/real/y.safetensors");
+	struct placefs_error err;
+	struct placefs_ckpt *ck;
+
+	mkdir_at("outside");
+	mkdir_at("src");
+	mkdir_at("src/real");
+	mk(outside, "a", 1u, NULL);
+	mk(inside, "a", 1u, NULL);
+	if (deny_openat2() != 0) {
+		fprintf(stderr, "seccomp unavailable here (%s): fallback not tested\n",
+		        strerror(errno));
+		goto out;
+	}
+	ck_assert_int_eq(syscall(SYS_openat2, AT_FDCWD, ".", NULL, 0), -1);
+	ck_assert_int_eq(errno, ENOSYS);
+	ck_assert_int_eq(symlink("../outside/x.safetensors", lnk), 0);
+	text_at("src/i1.json", "{\"weight_map\":{\"a\":\"x.safetensors\"}}");
+	err = open_fails(src, "i1.json", -EXDEV, PLACEFS_E_INDEX);
+	ck_assert_ptr_nonnull(strstr(err.msg, "leads outside"));
+	ck_assert_int_eq(unlink(lnk), 0);
+	ck_assert_int_eq(symlink("real/y.safetensors", lnk), 0);
+	ck = open_ok(src, "i1.json");
+	ck_assert_str_eq(placefs_ckpt_tensors(ck)[0].name, "a");
+	placefs_ckpt_free(ck);
+out:
+	free(inside);
+	free(lnk);
+	free(src);
+	free(outside);
+}
+END_TEST
+
+/* A shard that is no safetensors file is reported without echoing its first bytes. */
+START_TEST(test_foreign_file_not_echoed)
+{
+	struct placefs_error err;
+
+	text_at("model.safetensors", "root:$6$secretsecretsecret\n");
+	err = open_fails(tmpdir, NULL, -EINVAL, PLACEFS_E_FORMAT);
+	ck_assert_ptr_nonnull(strstr(err.msg, "model.safetensors"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "not a safetensors file"));
+	/* "root:$6$" read as a little-endian u64 is 2609312867587944306. */
+	ck_assert_ptr_null(strstr(err.msg, "2609312867587944306"));
+	ck_assert_ptr_null(strstr(err.msg, "header length is"));
+	ck_assert_ptr_null(strstr(err.msg, "root"));
+}
+END_TEST
+
+/* A FIFO as the index is refused at once, not read forever. */
+START_TEST(test_fifo_index_refused)
+{
+	char *fifo = at("model.safetensors.index.json"), *shard = at("a.safetensors");
+	struct placefs_error err;
+
+	mk(shard, "a", 1u, NULL);
+	ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+	alarm(10); /* a hang fails the test instead of blocking it */
+	err = open_fails(tmpdir, NULL, -EINVAL, PLACEFS_E_INDEX);
+	ck_assert_ptr_nonnull(strstr(err.msg, "not a regular file"));
+	err = open_fails(tmpdir, fifo, -EINVAL, PLACEFS_E_INDEX);
+	ck_assert_ptr_nonnull(strstr(err.msg, "not a regular file"));
+	alarm(0);
+	free(shard);
+	free(fifo);
+}
+END_TEST
+
 /* 100,000 tensors in 100 shards open, with and without an index, in checkpoint order. */
 START_TEST(test_many_tensors)
 {
@@ -732,6 +950,11 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, test_invalid_shard_refused);
 	tcase_add_test(tc, test_empty_and_missing_sources);
 	tcase_add_test(tc, test_shard_check);
+	tcase_add_test(tc, test_shard_check_ctime);
+	tcase_add_test(tc, test_shard_symlink_escapes_refused);
+	tcase_add_test(tc, test_shard_symlink_escapes_fallback);
+	tcase_add_test(tc, test_foreign_file_not_echoed);
+	tcase_add_test(tc, test_fifo_index_refused);
 	suite_add_tcase(s, tc);
 	/* Writing and parsing 100 shards takes a while under valgrind. */
 	tcase_add_checked_fixture(big, setup, teardown);

@@ -106,6 +106,51 @@ START_TEST(test_dest_shm)
 }
 END_TEST
 
+START_TEST(test_dest_names_unguessable)
+{
+	/*
+	 * Names another user could make first (the old "<pid>-<counter>") do not
+	 * stop a destination: its name is random, made with O_EXCL. Its pages
+	 * are all reserved, and two destinations never share a name.
+	 */
+	struct placefs_ioc_ring_info ri = host_ri();
+	struct placefs_client_dest *d, *d2;
+	struct placefs_client_error e;
+	char squat[64], prefix[64];
+	const char *name, *q;
+	struct stat st;
+	int i, fd;
+
+	for (i = 0; i < 64; i++) {
+		snprintf(squat, sizeof(squat), "/placefs-client-%ld-%d", (long)getpid(), i);
+		fd = shm_open(squat, O_RDWR | O_CREAT, 0600);
+		ck_assert_int_ge(fd, 0);
+		close(fd);
+	}
+	ck_assert_msg(placefs_client_dest_create(&ri, 1 << 20, &d, &e) == 0, "%s", e.msg);
+	ck_assert_msg(placefs_client_dest_create(&ri, 1 << 20, &d2, &e) == 0, "%s", e.msg);
+	name = placefs_client_dest_shm_name(d);
+	ck_assert_str_ne(name, placefs_client_dest_shm_name(d2));
+	snprintf(prefix, sizeof(prefix), "/placefs-client-%ld-", (long)getpid());
+	ck_assert_int_eq(strncmp(name, prefix, strlen(prefix)), 0);
+	q = name + strlen(prefix);
+	ck_assert_uint_ge(strlen(q), 1);
+	ck_assert_uint_eq(strspn(q, "0123456789"), strlen(q));
+	fd = shm_open(name, O_RDONLY, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_msg((uint64_t)st.st_blocks * 512 >= (1 << 20), "%lld bytes allocated",
+	              (long long)st.st_blocks * 512);
+	close(fd);
+	placefs_client_dest_free(d);
+	placefs_client_dest_free(d2);
+	for (i = 0; i < 64; i++) {
+		snprintf(squat, sizeof(squat), "/placefs-client-%ld-%d", (long)getpid(), i);
+		ck_assert_int_eq(shm_unlink(squat), 0);
+	}
+}
+END_TEST
+
 START_TEST(test_dest_refused)
 {
 	struct placefs_ioc_ring_info ri = host_ri();
@@ -315,6 +360,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_errno_names);
 	tcase_add_test(tc, test_dest_shm);
 	tcase_add_test(tc, test_dest_refused);
+	tcase_add_test(tc, test_dest_names_unguessable);
 	tcase_add_test(tc, test_ring_map_host);
 	tcase_add_test(tc, test_not_placefs);
 	tcase_add_test(tc, test_list_gpu);

@@ -482,6 +482,24 @@ START_TEST(test_load_directory)
 }
 END_TEST
 
+/* A FIFO (no writer) as the index: refused at once instead of blocking in open. */
+START_TEST(test_load_fifo)
+{
+	char *path = tu_path(tmpdir, "fifo.json");
+	struct placefs_index *idx = NULL;
+	struct placefs_error err;
+
+	ck_assert_int_eq(mkfifo(path, 0644), 0);
+	alarm(10); /* a hang fails the test instead of stalling the suite */
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_index_load(path, "fifo", &idx, &err), -EINVAL);
+	alarm(0);
+	ck_assert_ptr_null(idx);
+	ck_assert_str_eq(err.msg, "fifo: the index is not a regular file");
+	free(path);
+}
+END_TEST
+
 START_TEST(test_load_too_large)
 {
 	/* A sparse file one byte over the cap: refused from its size alone. */
@@ -612,6 +630,7 @@ static Suite *index_suite(void)
 	tcase_add_test(tc, test_load_display_name_defaults_to_path);
 	tcase_add_test(tc, test_load_missing);
 	tcase_add_test(tc, test_load_directory);
+	tcase_add_test(tc, test_load_fifo);
 	tcase_add_test(tc, test_load_too_large);
 	tcase_add_test(tc, test_load_empty_file);
 	suite_add_tcase(s, tc);

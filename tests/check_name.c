@@ -278,6 +278,48 @@ START_TEST(test_decode_rejects)
 }
 END_TEST
 
+/*
+ * C1 controls and bidirectional formatting characters would make a listing
+ * show another name (U+202E reverses what follows): each of their bytes is
+ * escaped as %XX. Their neighbours in the same UTF-8 blocks stay as they are.
+ */
+START_TEST(test_hidden_characters_escaped)
+{
+	char out[PLACEFS_NAME_MAX + 1];
+
+	enc_is("a\xe2\x80\xae"
+	       "txt.exe",
+	       "a%E2%80%AEtxt.exe");      /* U+202E RLO */
+	enc_is("\xc2\x80", "%C2%80");     /* U+0080 */
+	enc_is("x\xc2\x9fy", "x%C2%9Fy"); /* U+009F */
+	enc_is("\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad",
+	       "%E2%80%AA%E2%80%AB%E2%80%AC%E2%80%AD");                         /* U+202A..U+202D */
+	enc_is("\xe2\x81\xa6\xe2\x81\xa9", "%E2%81%A6%E2%81%A9");               /* U+2066, U+2069 */
+	enc_is("\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c", "%E2%80%8E%E2%80%8F%D8%9C"); /* LRM RLM ALM */
+	/* Neighbours: U+00A0, U+2029, U+202F, U+2065, U+206A, U+061B are kept. */
+	enc_is("\xc2\xa0\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa\xd8\x9b",
+	       "\xc2\xa0\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa\xd8\x9b");
+	/* No file name carries one raw, and the escapes stay unambiguous. */
+	ck_assert_int_eq(dec("a\xe2\x80\xae", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(dec("\xc2\x85", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(dec("%E2%80%A9", out, sizeof(out)), -EINVAL); /* never emitted */
+	ck_assert_int_eq(dec("%C3%A9", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(dec("%e2%80%ae", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(dec("%E2%80", out, sizeof(out)), -EINVAL);
+	ck_assert_int_eq(dec("%C2%8", out, sizeof(out)), -EINVAL);
+	/* The length limit counts the escapes: 28 x U+202E is 252 bytes, 29 too many. */
+	char name[29 * 3 + 1];
+	for (int i = 0; i < 29; i++)
+		memcpy(name + 3 * i, "\xe2\x80\xae", 3);
+	name[28 * 3] = '\0';
+	ck_assert_int_eq(placefs_name_encode(name, out, NULL), 0);
+	ck_assert_uint_eq(strlen(out), 28 * 9);
+	name[28 * 3] = '\xe2';
+	name[29 * 3] = '\0';
+	ck_assert_int_eq(placefs_name_encode(name, out, NULL), -ENAMETOOLONG);
+}
+END_TEST
+
 START_TEST(test_decode_outlen)
 {
 	char out[8];
@@ -306,6 +348,7 @@ static Suite *name_suite(void)
 	tcase_add_test(tc, test_length_boundary);
 	tcase_add_test(tc, test_decode_rejects);
 	tcase_add_test(tc, test_decode_outlen);
+	tcase_add_test(tc, test_hidden_characters_escaped);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1134,6 +1134,98 @@ START_TEST(test_many_dims)
 }
 END_TEST
 
+/* Dimensions and arrays are capped at PLACEFS_ST_NDIM_MAX, before the tree is built. */
+START_TEST(test_dims_cap)
+{
+	struct placefs_strbuf sb;
+	struct placefs_st_header *h;
+
+	for (int n = PLACEFS_ST_NDIM_MAX; n <= PLACEFS_ST_NDIM_MAX + 1; n++) {
+		placefs_strbuf_init(&sb);
+		ck_assert_int_eq(
+		        placefs_strbuf_adds(&sb, "{\"big\":{\"dtype\":\"U8\",\"shape\":[1"), 0);
+		for (int i = 1; i < n; i++)
+			ck_assert_int_eq(placefs_strbuf_adds(&sb, ",1"), 0);
+		ck_assert_int_eq(placefs_strbuf_adds(&sb, "],\"data_offsets\":[0,1]}}"), 0);
+		if (n == PLACEFS_ST_NDIM_MAX) {
+			h = st_ok(sb.buf, 1);
+			ck_assert_uint_eq(tensor(h, 0)->ndim, PLACEFS_ST_NDIM_MAX);
+			placefs_st_header_free(h);
+		} else {
+			/* The message names the tensor, the field and the rule. */
+			st_bad(sb.buf, 1, "tensor \"big\": \"shape\" has more than 1024 elements");
+			st_bad(sb.buf, 1, "at most 1024 dimensions per tensor");
+		}
+		placefs_strbuf_release(&sb);
+	}
+	/* Any array, also in a field the reader otherwise ignores. */
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+	                                          "\"data_offsets\":[0,1],\"junk\":[0"),
+	                 0);
+	for (int i = 0; i < PLACEFS_ST_NDIM_MAX; i++)
+		ck_assert_int_eq(placefs_strbuf_adds(&sb, ",0"), 0);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "]}}"), 0);
+	st_bad(sb.buf, 1, "tensor \"t\": \"junk\" has more than 1024 elements");
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/* At most one value or name per 4 bytes of header (plus 4096): memory follows the bytes. */
+START_TEST(test_token_budget)
+{
+	struct placefs_strbuf sb;
+	struct placefs_st_header *h;
+	size_t fields = 8192;
+
+	/* An ignored field of 64 arrays of 1000 zeros: a value per 2 bytes, refused. */
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+	                                          "\"data_offsets\":[0,1],\"junk\":["),
+	                 0);
+	for (int i = 0; i < 64; i++) {
+		ck_assert_int_eq(placefs_strbuf_adds(&sb, i ? ",[0" : "[0"), 0);
+		for (int j = 1; j < 1000; j++)
+			ck_assert_int_eq(placefs_strbuf_adds(&sb, ",0"), 0);
+		ck_assert_int_eq(placefs_strbuf_adds(&sb, "]"), 0);
+	}
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "]}}"), 0);
+	st_bad(sb.buf, 1, "values and names (at most one per 4 bytes of the header, plus 4096)");
+	placefs_strbuf_release(&sb);
+
+	/* 8192 ignored fields with long names (two tokens per 29 bytes): accepted. */
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+	                                          "\"data_offsets\":[0,1]"),
+	                 0);
+	for (size_t i = 0; i < fields; i++) {
+		char f[64];
+
+		snprintf(f, sizeof(f), ",\"an_unknown_field_%08zx\":0", i);
+		ck_assert_int_eq(placefs_strbuf_adds(&sb, f), 0);
+	}
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "}}"), 0);
+	h = st_ok(sb.buf, 1);
+	placefs_st_header_free(h);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/* Another file's first bytes are not echoed as a header length. */
+START_TEST(test_foreign_bytes_not_echoed)
+{
+	struct placefs_st_header *h = (struct placefs_st_header *)0x1;
+	struct placefs_error err;
+	const char *text = "root:$6$abcdefgh:19000:0:99999:7:::\n";
+	int rc = parse_raw((const uint8_t *)text, strlen(text), &h, &err);
+
+	check_refused(rc, h, &err, "not a safetensors file");
+	ck_assert_ptr_nonnull(strstr(err.msg, "header too large"));
+	ck_assert_ptr_null(strstr(err.msg, "2609312867587944306"));
+	ck_assert_ptr_null(strstr(err.msg, "header length is"));
+}
+END_TEST
+
 /* ---- placefs_st_read_fd on real files ----------------------------------- */
 
 static char *tmpdir;
@@ -1519,6 +1611,9 @@ static Suite *safetensors_suite(void)
 	tcase_add_test(tc, test_100k_tensors);
 	tcase_add_test(tc, test_100k_tensors_dup_last);
 	tcase_add_test(tc, test_many_dims);
+	tcase_add_test(tc, test_dims_cap);
+	tcase_add_test(tc, test_token_budget);
+	tcase_add_test(tc, test_foreign_bytes_not_echoed);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("read_fd");

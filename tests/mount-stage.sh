@@ -246,7 +246,7 @@ for opts in max_threads=2 -s; do
 	# The scenario: 0.5 s later every stage must still be waiting.
 	sleep 0.5
 	for p in $pids; do
-		kill -0 "$p" 2>/dev/null || fail "$opts: a stage did not wait for the leased ring"
+		kill -0 "$p" 2>/dev/null || fail "$opts: a stage did not wait for the leased ring: $(cat try.0.out try.1.out try.2.out | tr "\n" " ")"
 	done
 	exec 7>&-
 	wait "$HOLD" || fail "$opts: the holder could not release: $(cat hold.out)"

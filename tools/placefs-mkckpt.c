@@ -20,6 +20,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "io.h"
+#include "safetensors.h"
 #include "size.h"
 #include "strbuf.h"
 #include "stwrite.h"
@@ -81,9 +82,11 @@ static void usage(FILE *f)
 	           "                        add a tensor; SHAPE is d0xd1x... or 'scalar' "
 	           "(repeatable)\n"
 	           "  --random N            add N tensors random.<i> of random dtypes and sizes\n"
-	           "  --max-bytes SIZE      largest --random payload (default 64K)\n"
+	           "                        (N at most 2000000)\n"
+	           "  --max-bytes SIZE      largest --random payload (default 64K, at most 1T)\n"
 	           "  --llama L:H:I:V       add a Llama-shaped bf16 model (layers, hidden,\n"
-	           "                        intermediate, vocab)\n"
+	           "                        intermediate, vocab; L at most 100000, the others\n"
+	           "                        at most 4294967295)\n"
 	           "  --shards K            split into K shards of about equal bytes (default 1)\n"
 	           "  --index               write model.safetensors.index.json (directory output)\n"
 	           "  --metadata K=V        __metadata__ entry (repeatable; default format=pt)\n"
@@ -268,8 +271,9 @@ static int add_tensor_arg(struct specs *s, const char *arg)
 
 		for (p = shp; *p; p++)
 			nd += *p == 'x';
-		if (nd > UINT32_MAX) {
-			die_msg("--tensor %s: too many dimensions", arg);
+		if (nd > PLACEFS_ST_NDIM_MAX) {
+			die_msg("--tensor %s: %zu dimensions, more than the limit of %d", arg, nd,
+			        PLACEFS_ST_NDIM_MAX);
 			return -EINVAL;
 		}
 		shape = calloc(nd, sizeof(*shape));
@@ -621,11 +625,39 @@ static const struct option long_opts[] = {
         {NULL, 0, NULL, 0},
 };
 
+/*
+ * Ranges of the numeric options, refused beyond (exit status 2) before any
+ * memory is spent: --random and --llama's L make tensor lists, and a header
+ * (100 MB at most) holds at most some 1.6 million tensor entries.
+ */
+#define RANDOM_MAX    2000000ULL
+#define LLAMA_L_MAX   100000ULL
+#define LLAMA_DIM_MAX 4294967295ULL
+#define MAX_BYTES_MAX (1ULL << 40) /* 1 TiB per --random tensor */
+
 static int parse_count(const char *opt, const char *arg, uint64_t *out)
 {
-	if (parse_u64(arg, strlen(arg), out) != 0) {
+	int rc = parse_u64(arg, strlen(arg), out);
+
+	if (rc == -ERANGE) {
+		die_msg("%s: %s does not fit in 64 bits", opt, arg);
+		return -ERANGE;
+	}
+	if (rc != 0) {
 		die_msg("%s: \"%s\" is not a non-negative integer", opt, arg);
 		return -EINVAL;
+	}
+	return 0;
+}
+
+/* parse_count() with an upper bound. */
+static int parse_count_max(const char *opt, const char *arg, uint64_t max, uint64_t *out)
+{
+	if (parse_count(opt, arg, out))
+		return -EINVAL;
+	if (*out > max) {
+		die_msg("%s: %s is more than the limit of %" PRIu64, opt, arg, max);
+		return -ERANGE;
 	}
 	return 0;
 }
@@ -641,6 +673,15 @@ static int parse_llama(const char *arg, uint64_t *v)
 		if ((i < 3) != (e != NULL) || parse_u64(p, len, &v[i]) != 0) {
 			die_msg("--llama %s: expected L:H:I:V (four non-negative integers)", arg);
 			return -EINVAL;
+		}
+		if (v[i] > (i == 0 ? LLAMA_L_MAX : LLAMA_DIM_MAX)) {
+			die_msg("--llama %s: %s is more than the limit of %llu", arg,
+			        i == 0   ? "L (layers)"
+			        : i == 1 ? "H"
+			        : i == 2 ? "I"
+			                 : "V",
+			        i == 0 ? LLAMA_L_MAX : LLAMA_DIM_MAX);
+			return -ERANGE;
 		}
 		p += len + 1;
 	}
@@ -663,13 +704,18 @@ static int parse_args(int argc, char **argv, struct opts *o, int *done)
 			break;
 		case OPT_TENSOR: o->tensor_args[o->ntensor_args++] = optarg; break;
 		case OPT_RANDOM:
-			if (parse_count("--random", optarg, &o->random_n))
+			if (parse_count_max("--random", optarg, RANDOM_MAX, &o->random_n))
 				return EXIT_USAGE;
 			break;
 		case OPT_MAX_BYTES:
 			placefs_error_clear(&err);
 			if (placefs_size_parse(optarg, "--max-bytes", &o->max_bytes, &err) != 0) {
 				die_msg("%s", err.msg);
+				return EXIT_USAGE;
+			}
+			if (o->max_bytes > MAX_BYTES_MAX) {
+				die_msg("--max-bytes: %s is more than the limit of 1T (%llu bytes)",
+				        optarg, MAX_BYTES_MAX);
 				return EXIT_USAGE;
 			}
 			break;

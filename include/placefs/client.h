@@ -26,13 +26,16 @@
  *
  * Memory follows the mount's backend (ring_info.backend):
  *   host  destinations are POSIX shared-memory objects this library creates
- *         ("/placefs-client-<pid>-<n>", mode 0600, unlinked by
+ *         ("/placefs-client-<pid>-<r>", r a random 64-bit number, made with
+ *         O_EXCL and retried with another r when the name exists; mode 0600,
+ *         every page reserved with posix_fallocate(), unlinked by
  *         placefs_client_dest_free()); each keeps one descriptor open with a
  *         shared flock() on it, so that a placefs daemon starting later
  *         removes the object only if its process died without freeing it.
- *         The daemon keeps a destination mapped while it is in use, and
- *         drops it within about a second of its unlinking or its process's
- *         exit. The ring is mapped read-only by name.
+ *         The daemon keeps a destination open while it is in use and writes
+ *         into it with pwrite(), never through a mapping, and drops it
+ *         within about a second of its unlinking or its process's exit. The
+ *         ring is mapped read-only by name.
  *   cuda  destinations are cudaMalloc allocations on ring_info.device,
  *         exported with cudaIpcGetMemHandle(); the ring is mapped with
  *         cudaIpcOpenMemHandle(). Both need a library built with CUDA
@@ -121,7 +124,8 @@ int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *
 /*
  * Makes a destination of `size` bytes that the daemon described by `ri` can
  * copy into: a shm object for a host ring, device memory on ri->device for a
- * CUDA ring. -ENODEV when staging is disabled.
+ * CUDA ring. -ENODEV when staging is disabled; -ENOSPC when /dev/shm cannot
+ * hold `size` bytes; -EEXIST when 16 random names were all taken.
  */
 int placefs_client_dest_create(const struct placefs_ioc_ring_info *ri, uint64_t size,
                                struct placefs_client_dest **out, struct placefs_client_error *err);
@@ -131,7 +135,7 @@ uint64_t placefs_client_dest_size(const struct placefs_client_dest *d);
 /* PLACEFS_IOC_HANDLE_HOST_SHM or PLACEFS_IOC_HANDLE_CUDA_IPC. */
 uint32_t placefs_client_dest_kind(const struct placefs_client_dest *d);
 /*
- * The shm name of a host destination ("/placefs-client-<pid>-<n>"), or NULL
+ * The shm name of a host destination ("/placefs-client-<pid>-<r>"), or NULL
  * for device memory: a program that may be killed can shm_unlink() it from
  * a signal handler.
  */

@@ -31,7 +31,14 @@
  *   EACCES     the destination shared-memory object is not the caller's
  *   ENOENT     release: no such lease on this file descriptor; copy: the
  *              destination shared-memory object does not exist
- *   ETIMEDOUT  stage: no ring space within timeout_ns
+ *   ETIMEDOUT  stage: no ring space within timeout_ns (or, when it is 0,
+ *              within the mount's -o stage_timeout, 60 s by default)
+ *   EAGAIN     stage: every waiting slot of the mount (-o max_waiting) is
+ *              taken; try again later
+ *   EBUSY      stage: the caller's user holds its share of the ring
+ *              (-o user_share) in leases and stages in progress
+ *   EACCES     borrow (and RING_INFO's handle): the caller may not read
+ *              every shard of the mount, so it may not map the ring
  *   EINTR      stage: interrupted while waiting for ring space
  *   EIO        the tensor could not be read completely, or a device copy
  *              failed (the daemon logs the cause); the bytes are never
@@ -119,7 +126,7 @@ struct placefs_ioc_stage {
 	uint64_t dest_offset;       /* in, copy mode: byte offset into the destination */
 	uint64_t dest_size;         /* in, copy mode: size of the destination allocation */
 	uint8_t dest_handle[PLACEFS_IOC_HANDLE_MAX]; /* in, copy mode */
-	uint64_t timeout_ns;   /* in: longest wait for ring space; 0 = no limit */
+	uint64_t timeout_ns;   /* in: longest wait for ring space; 0 = -o stage_timeout */
 	uint64_t nbytes;       /* out: tensor payload bytes */
 	uint64_t ring_offset;  /* out: borrow: where the bytes are; copy: where they were */
 	uint64_t lease;        /* out: borrow: lease id (non-zero); copy: 0 */

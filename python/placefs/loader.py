@@ -115,7 +115,9 @@ class _ShmDest:
         else:
             raise OSError(_errno.EEXIST, "cannot create a unique shm name in /dev/shm")
         try:
-            os.ftruncate(fd, self.size)
+            # Reserve the pages now: a full /dev/shm is then ENOSPC here, not
+            # a SIGBUS when this process reads its own mapping later.
+            os.posix_fallocate(fd, 0, self.size)  # size >= one page
             self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED,
                                 mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:

@@ -179,6 +179,15 @@ BAD_SAFETENSORS = {
     "truncated-data-by-one": one("U8", [4], 0, 4, 3),
     "truncated-all-data": one("F32", [1024], 0, 4096, 0),
     "offsets-beyond-file-1tb": one("U8", [10**12], 0, 10**12, 16),
+    # Caps on memory (doc/FORMAT.md 1.2): dimensions, array elements, values per byte.
+    "cap-dims-1025": one("U8", [1] * 1025, 0, 1),
+    "cap-array-in-ignored-field": raw_one(
+        '{"dtype":"U8","shape":[1],"data_offsets":[0,1],"junk":[%s]}' % ",".join(["0"] * 1025), 1),
+    "cap-values-per-byte": raw_one(
+        '{"dtype":"U8","shape":[1],"data_offsets":[0,1],"junk":[%s]}'
+        % ",".join(["[%s]" % ",".join(["0"] * 1000)] * 16), 1),
+    # A text file (here /etc/shadow-like) in place of a shard.
+    "not-safetensors-text": b"root:$6$saltsalt$hashhashhash:19000:0:99999:7:::\n",
     "offsets-end-past-2p64": image(header(*[
         tensor("t%d" % i, "U8", [2**61 - 1 if i < 8 else 7],
                i * (2**61 - 1), i * (2**61 - 1) + (2**61 - 1 if i < 8 else 7))
@@ -194,6 +203,10 @@ EXPECT_SAFETENSORS = {
     "header-too-small": "header too small",
     "header-too-large": "header too large",
     "header-len-u64-max": "header too large",
+    "cap-dims-1025": "has more than 1024 elements",
+    "cap-array-in-ignored-field": "\"junk\" has more than 1024 elements",
+    "cap-values-per-byte": "values and names (at most one per 4 bytes",
+    "not-safetensors-text": "not a safetensors file",
     "header-len-u64-max-minus-7": "header too large",
     "header-len-past-eof": "invalid header length",
     "header-len-cap-short-file": "invalid header length",
