@@ -259,6 +259,7 @@ umount_fs "$MP"
 # ---- blocked stages: bounded threads, EAGAIN beyond, reads and RELEASE served -------------------
 mount_fs ring.safetensors "$MP" -o buffer_size=8M,device=host,max_waiting=16,stage_timeout=2
 DPID=$MOUNT_PID
+rm -f hold.out # wait_line must not see a previous client's line
 $H hold "$MP/full" <hold.in >hold.out 2>&1 &
 HOLD=$!
 exec 7>hold.in
@@ -266,6 +267,7 @@ wait_line hold.out '^held$' || fail "holder: $(cat hold.out)"
 grep -q '^lease ' hold.out || fail "holder got no lease: $(cat hold.out)"
 base=$(awk '/^Threads:/ { print $2 }' /proc/$DPID/status)
 io=$(stat_get "$MP" staging.io_threads)
+rm -f stagers.out # wait_line must not see a previous client's line
 $H stagers "$MP/w.0" 200 20000000000 >stagers.out 2>&1 7>&- &
 STAGERS=$!
 wait_line stagers.out '^started$' 20 || fail "stagers: $(cat stagers.out)"
@@ -289,6 +291,7 @@ ok=$(echo "$res" | sed -n 's/.*OK=\([0-9]*\).*/\1/p')
 [ "${ok:-0}" -ge 16 ] || fail "stagers: fewer than 16 were served after the release: $res"
 note "200 blocked stages: $peak daemon threads (base $base, bound $bound), $res"
 # A stage that gives no timeout ends after -o stage_timeout=2 (ETIMEDOUT), not never.
+rm -f hold.out # wait_line must not see a previous client's line
 $H hold "$MP/full" <hold.in >hold.out 2>&1 &
 HOLD=$!
 exec 7>hold.in
@@ -312,6 +315,7 @@ U="setpriv --reuid=65534 --regid=65534 --clear-groups"
 $U true || fail "setpriv cannot run as uid 65534"
 
 mount_fs ring.safetensors "$MP" -o buffer_size=8M,device=host,allow_other
+rm -f hold.out # wait_line must not see a previous client's line
 $U $H hold "$MP/w.0" "$MP/w.1" "$MP/w.2" "$MP/w.3" "$MP/w.4" <hold.in >hold.out 2>&1 &
 HOLD=$!
 exec 7>hold.in

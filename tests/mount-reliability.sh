@@ -347,6 +347,7 @@ fds_before=$(fd_count "$MOUNT_PID")
 "$PYTHON" "$STUTIL" manifest "$MP" big >big.man || fail "manifest big"
 "$SOAK" -t 16 -s 30 big.man >/dev/null 2>&1 &
 SOAK_PID=$!
+rm -f borrow.out # wait_line must not see a previous client's line
 "$PYTHON" - "$MP" >borrow.out 2>&1 <<'EOF' &
 import fcntl, os, struct, sys, time
 mnt = sys.argv[1]

@@ -128,6 +128,7 @@ note "$(echo "$out" | tail -n 1), $(echo "$out" | grep wraps)"
 # A holder leases the whole ring until its stdin (a fifo whose writer is fd 7)
 # closes; the clients started meanwhile must not inherit fd 7.
 mkfifo hold.in
+rm -f hold.out # wait_line must not see a previous client's line
 "$TSI" hold "$MP/w.0" "$MP/w.1" <hold.in >hold.out 2>&1 &
 HOLD=$!
 exec 7>hold.in
@@ -136,6 +137,7 @@ wait_line hold.out '^held$' || fail "holder: $(cat hold.out)"
 out=$(tmo 10 "$TSI" try "$MP/w.2" 300) && fail "a stage with the ring leased did not wait: $out"
 [ "$out" = ETIMEDOUT ] || fail "stage with the ring leased: $out, expected ETIMEDOUT"
 # Without a timeout the second client waits for the release.
+rm -f try.out # wait_line must not see a previous client's line
 "$TSI" try "$MP/w.2" 0 >try.out 2>&1 7>&- &
 TRY=$!
 wait_line try.out '^waiting$' || fail "second client: $(cat try.out)"
@@ -151,10 +153,12 @@ wait_ns=$(sed -n 's/^ok wait_ns=\([0-9]*\) .*/\1/p' try.out)
 note "backpressure: ETIMEDOUT while leased, then served after $wait_ns ns"
 
 # A signal ends a wait with EINTR (FUSE interrupt), and the daemon goes on.
+rm -f hold.out # wait_line must not see a previous client's line
 "$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
 HOLD=$!
 exec 7>hold.in
 wait_line hold.out '^held$' || fail "holder of full: $(cat hold.out)"
+rm -f try.out # wait_line must not see a previous client's line
 "$TSI" try "$MP/w.3" 0 --sigusr1 >try.out 2>&1 7>&- &
 TRY=$!
 wait_line try.out '^waiting$' || fail "interrupted client: $(cat try.out)"
@@ -171,6 +175,7 @@ note "a signal ends a wait with EINTR"
 # SIGKILL of a client in the middle of a stage (waiting for ring space): the
 # daemon drops the request; the checks after the holder's SIGKILL below (the
 # whole ring stages again, no lease left) prove nothing of it stayed behind.
+rm -f try.out # wait_line must not see a previous client's line
 "$TSI" try "$MP/w.3" 0 >try.out 2>&1 7>&- &
 TRY=$!
 wait_line try.out '^waiting$' || fail "client to kill mid-stage: $(cat try.out)"
@@ -196,11 +201,13 @@ hw=$(stat_get "$MP" staging.ring_high_water)
 [ "$(stat_get "$MP" staging.waits)" -ge 2 ] || fail "stats: waits not counted"
 
 # SIGTERM with a client waiting: the wait ends and the daemon exits 0.
+rm -f hold.out # wait_line must not see a previous client's line
 "$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
 HOLD=$!
 exec 7>hold.in
 wait_line hold.out '^held$' || fail "holder of full: $(cat hold.out)"
 waits0=$(stat_get "$MP" staging.waits)
+rm -f try.out # wait_line must not see a previous client's line
 "$TSI" try "$MP/w.0" 0 >try.out 2>&1 7>&- &
 TRY=$!
 wait_line try.out '^waiting$' || fail "waiting client: $(cat try.out)"
@@ -231,12 +238,14 @@ for opts in max_threads=2 -s; do
 	else
 		mount_fs wrap.safetensors "$MP" -o "buffer_size=8M,device=host,$opts"
 	fi
-	"$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
+		rm -f hold.out # wait_line must not see a previous client's line
+		"$TSI" hold "$MP/full" <hold.in >hold.out 2>&1 &
 	HOLD=$!
 	exec 7>hold.in
 	wait_line hold.out '^held$' || fail "$opts: holder: $(cat hold.out)"
 	pids=""
 	for k in 0 1 2; do
+		rm -f try.$k.out # wait_line must not see a previous client's line
 		"$TSI" try "$MP/w.$k" 0 >try.$k.out 2>&1 7>&- &
 		pids="$pids $!"
 	done
