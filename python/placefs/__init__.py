@@ -43,7 +43,7 @@ from .cli import main
 from .loader import (LoadReport, PlacedTensor, _parse_device, copy_mode_from_env,
                      load, load_state_dict)
 from .mount import Borrowed, Mount
-from .plan import TensorInfo, encode_name
+from .plan import TensorInfo
 
 __all__ = [
     "BACKEND_NONE", "BACKEND_HOST", "BACKEND_CUDA",
@@ -53,6 +53,6 @@ __all__ = [
     "RING_INFO_SIZE", "STAGE_SIZE", "RELEASE_SIZE",
     "RingInfo", "StageResult", "Destination", "TensorInfo", "PlacedTensor",
     "Mount", "Borrowed", "LoadReport",
-    "ring_info", "stage", "release", "encode_name", "copy_mode_from_env",
+    "ring_info", "stage", "release", "copy_mode_from_env",
     "load_state_dict", "load", "main",
 ]

@@ -17,20 +17,6 @@ import os
 FILE_NAME_KEY = "filename"
 
 
-def encode_name(name):
-    """The mount file name of a tensor: '%' -> %25, '/' -> %2F, leading '.' -> %2E.
-
-    Kept for callers that have only a tensor name, and for plan.json files of
-    daemons that do not yet list each tensor's file name (FILE_NAME_KEY);
-    TensorInfo uses the daemon's name whenever the plan has one. It mirrors
-    placefs_name_encode() in lib/name.c, which is the rule.
-    """
-    out = name.replace("%", "%25").replace("/", "%2F")
-    if out.startswith("."):
-        out = "%2E" + out[1:]
-    return out
-
-
 class TensorInfo:
     """One tensor of the plan: where its file is and how it is placed."""
 
@@ -55,8 +41,10 @@ class TensorInfo:
         if self.nbytes < 0 or any(d < 0 for d in self.shape):
             raise ValueError("plan.json: tensor %r has a negative size" % (self.name,))
         if fname is None:
-            fname = encode_name(self.name)
-        elif (not isinstance(fname, str) or fname in ("", ".", "..") or "/" in fname or
+            raise ValueError("plan.json: tensor %r has no %r member: the daemon that wrote it "
+                             "is older than this loader, which takes file names from the plan "
+                             "and never encodes them itself" % (self.name, FILE_NAME_KEY))
+        if (not isinstance(fname, str) or fname in ("", ".", "..") or "/" in fname or
               "\0" in fname):
             raise ValueError("plan.json: tensor %r has the file name %r, which is not one "
                              "name in the mount's directory" % (self.name, fname))
