@@ -244,11 +244,24 @@ static void daemon_ready(int *ready_fd)
 	*ready_fd = -1;
 }
 
+/*
+ * Any local user can leave many names that look stale in /dev/shm: the
+ * first PLACEFS_LOG_LIMIT_BURST removals are logged by name, the rest
+ * counted and summed up in one line.
+ */
+struct stale_tally {
+	uint64_t count, bytes;
+};
+
 static void report_stale(const char *name, uint64_t bytes, void *arg)
 {
+	struct stale_tally *t = arg;
 	char sz[32];
 
-	(void)arg;
+	if (t->count++ >= PLACEFS_LOG_LIMIT_BURST) {
+		t->bytes += bytes;
+		return;
+	}
 	placefs_size_format(bytes, sz, sizeof(sz));
 	placefs_log(LOG_NOTICE,
 	            "removed /dev/shm/%s (%llu bytes, %s): left by a placefs process that no "
@@ -264,11 +277,21 @@ static void report_stale(const char *name, uint64_t bytes, void *arg)
  */
 static void remove_stale_shm(void)
 {
+	struct stale_tally t = {0, 0};
 	struct placefs_error err;
+	char sz[32];
 
 	placefs_error_clear(&err);
-	if (placefs_shm_remove_stale(report_stale, NULL, &err) < 0)
+	if (placefs_shm_remove_stale(report_stale, &t, &err) < 0)
 		placefs_log(LOG_WARNING, "%s", err.msg);
+	if (t.count > PLACEFS_LOG_LIMIT_BURST) {
+		placefs_size_format(t.bytes, sz, sizeof(sz));
+		placefs_log(LOG_NOTICE,
+		            "removed %llu more names of placefs processes that no longer exist "
+		            "from /dev/shm (%llu bytes, %s)",
+		            (unsigned long long)(t.count - PLACEFS_LOG_LIMIT_BURST),
+		            (unsigned long long)t.bytes, sz);
+	}
 }
 
 static int run_loop(struct fuse_session *se, const struct placefs_opts *o)
