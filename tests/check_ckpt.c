@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <linux/filter.h>
+#include <linux/openat2.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -729,6 +730,22 @@ START_TEST(test_shard_check_ctime)
 }
 END_TEST
 
+/*
+ * Whether this process has openat2 (Linux >= 5.6, and not hidden by a
+ * seccomp filter or by valgrind, which does not know the system call).
+ */
+static int have_openat2(void)
+{
+	struct open_how how = {.flags = O_RDONLY | O_DIRECTORY};
+	long fd = syscall(SYS_openat2, AT_FDCWD, ".", &how, sizeof(how));
+
+	if (fd >= 0) {
+		close((int)fd);
+		return 1;
+	}
+	return errno != ENOSYS && errno != EPERM;
+}
+
 /* Shards of a directory source may not leave it through symbolic links. */
 START_TEST(test_shard_symlink_escapes_refused)
 {
@@ -757,11 +774,20 @@ START_TEST(test_shard_symlink_escapes_refused)
 	err = open_fails(src, "i2.json", -EXDEV, PLACEFS_E_INDEX);
 	ck_assert_ptr_nonnull(strstr(err.msg, "sub/x.safetensors"));
 
-	/* An absolute link, even to a file inside the source, is refused. */
+	/*
+	 * An absolute link, even to a file inside the source, is refused by
+	 * RESOLVE_BENEATH; the fallback without openat2 judges only where the
+	 * descriptor landed, inside, and accepts it (doc/SEMANTICS.md).
+	 */
 	char *inside = at("src/real/y.safetensors");
 	mk(inside, "a", 1u, NULL);
 	ck_assert_int_eq(symlink(inside, lnk), 0);
-	err = open_fails(src, "i1.json", -EXDEV, PLACEFS_E_INDEX);
+	if (have_openat2()) {
+		err = open_fails(src, "i1.json", -EXDEV, PLACEFS_E_INDEX);
+	} else {
+		ck = open_ok(src, "i1.json");
+		placefs_ckpt_free(ck);
+	}
 	ck_assert_int_eq(unlink(lnk), 0);
 
 	/* A relative link that stays inside is followed. */
