@@ -23,6 +23,37 @@
 #define ORACLE_EINVAL   1
 #define ORACLE_ETOOLONG 2
 
+/*
+ * The UTF-8 length of a hidden character at p, 0 if none: a C1 control
+ * (U+0080..U+009F) or a Bidi_Control character (U+061C, U+200E, U+200F,
+ * U+202A..U+202E, U+2066..U+2069). The encoder writes each of its bytes as %XX.
+ */
+static size_t oracle_hidden(const unsigned char *p)
+{
+	static const struct {
+		unsigned cp_lo, cp_hi;
+	} ranges[] = {
+	        {0x80, 0x9f}, {0x61c, 0x61c}, {0x200e, 0x200f}, {0x202a, 0x202e}, {0x2066, 0x2069}};
+	unsigned cp;
+	size_t n;
+
+	if (p[0] >= 0xc2 && p[0] <= 0xdf && (p[1] & 0xc0) == 0x80) {
+		cp = ((p[0] & 0x1fu) << 6) | (p[1] & 0x3fu);
+		n = 2;
+	} else if (p[0] >= 0xe0 && p[0] <= 0xef && (p[1] & 0xc0) == 0x80 && (p[2] & 0xc0) == 0x80 &&
+	           (p[0] != 0xe0 || p[1] >= 0xa0)) {
+		/* E0 followed by less than A0 is an overlong form, not a character. */
+		cp = ((p[0] & 0x0fu) << 12) | ((p[1] & 0x3fu) << 6) | (p[2] & 0x3fu);
+		n = 3;
+	} else {
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
+		if (cp >= ranges[i].cp_lo && cp <= ranges[i].cp_hi)
+			return n;
+	return 0;
+}
+
 static int oracle_encode(const char *name, char out[PLACEFS_NAME_MAX + 1])
 {
 	size_t o = 0;
@@ -33,7 +64,20 @@ static int oracle_encode(const char *name, char out[PLACEFS_NAME_MAX + 1])
 	for (const char *p = name; *p; p++) {
 		unsigned char c = (unsigned char)*p;
 		const char *rep = c == '%' ? "%25" : c == '/' ? "%2F" : NULL;
-		size_t rl;
+		size_t rl, hl = oracle_hidden((const unsigned char *)p);
+
+		if (hl) {
+			for (size_t k = 0; k < hl; k++) {
+				if (o + 3 > PLACEFS_NAME_MAX) {
+					why |= ORACLE_ETOOLONG;
+					break;
+				}
+				snprintf(out + o, 4, "%%%02X", (unsigned char)p[k]);
+				o += 3;
+			}
+			p += hl - 1;
+			continue;
+		}
 
 		if (c == '.' && p == name)
 			rep = "%2E";
