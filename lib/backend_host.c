@@ -11,12 +11,12 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "backend_i.h"
+#include "io.h"
 #include "size.h"
 
 /*
@@ -42,20 +42,7 @@ struct host_priv {
 
 static int random_u64(uint64_t *r)
 {
-	uint8_t *p = (uint8_t *)r;
-	size_t got = 0;
-
-	while (got < sizeof(*r)) {
-		ssize_t k = getrandom(p + got, sizeof(*r) - got, 0);
-
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		got += (size_t)k;
-	}
-	return 0;
+	return placefs_io_random(r, sizeof(*r));
 }
 
 int (*placefs__shm_random)(uint64_t *r) = random_u64;

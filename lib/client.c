@@ -11,12 +11,12 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "devmem.h"
 #include "error.h"
+#include "io.h"
 #include "placefs/client.h"
 #include "placefs/ioctl.h"
 
@@ -246,24 +246,6 @@ int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *
 
 /* ---- destinations ------------------------------------------------------------ */
 
-static int random_u64(uint64_t *r)
-{
-	uint8_t *p = (uint8_t *)r;
-	size_t got = 0;
-
-	while (got < sizeof(*r)) {
-		ssize_t k = getrandom(p + got, sizeof(*r) - got, 0);
-
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		got += (size_t)k;
-	}
-	return 0;
-}
-
 /*
  * Creates a destination's object under "/placefs-client-<pid>-<r>", r a
  * random 64-bit number, with O_EXCL: a name that exists (taken by anyone) is
@@ -275,7 +257,7 @@ static int shm_create(char *name, size_t len, struct placefs_client_error *err)
 	int t, fd, rc;
 
 	for (t = 0; t < SHM_NAME_TRIES; t++) {
-		rc = random_u64(&r);
+		rc = placefs_io_random(&r, sizeof(r));
 		if (rc != 0)
 			return cfail(err, rc, "no random bytes for a shared memory name: %s",
 			             strerror(-rc));

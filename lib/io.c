@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "io.h"
@@ -87,6 +88,23 @@ int placefs_io_write_full(int fd, const void *buf, size_t len)
 		if (r == 0)
 			return -EIO;
 		done += (size_t)r;
+	}
+	return 0;
+}
+
+int placefs_io_random(void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t k = getrandom((char *)buf + got, len - got, 0);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		got += (size_t)k;
 	}
 	return 0;
 }

@@ -35,4 +35,11 @@ int placefs_io_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 /* The same with write() at the current file position. */
 int placefs_io_write_full(int fd, const void *buf, size_t len);
 
+/*
+ * Fills buf with len bytes from getrandom() (the kernel's pool, blocking
+ * only until it is first initialised), retrying EINTR and short returns.
+ * Returns 0 or a negative errno.
+ */
+int placefs_io_random(void *buf, size_t len);
+
 #endif

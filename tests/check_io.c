@@ -342,6 +342,25 @@ START_TEST(test_write_full_pipe)
 }
 END_TEST
 
+/* placefs_io_random fills every byte it is asked for, and 0 bytes is a no-op. */
+START_TEST(test_random)
+{
+	uint8_t a[4096], b[4096];
+	size_t zeros = 0;
+
+	memset(a, 0, sizeof(a));
+	memset(b, 0, sizeof(b));
+	ck_assert_int_eq(placefs_io_random(a, sizeof(a)), 0);
+	ck_assert_int_eq(placefs_io_random(b, sizeof(b)), 0);
+	/* Two 4 KiB draws are equal, or mostly zero, with negligible probability. */
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	for (size_t i = 0; i < sizeof(a); i++)
+		zeros += a[i] == 0;
+	ck_assert_uint_lt(zeros, 64);
+	ck_assert_int_eq(placefs_io_random(NULL, 0), 0);
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
 	Suite *s = suite_create("io");
@@ -357,6 +376,7 @@ static Suite *io_suite(void)
 	tcase_add_test(tc, test_read_full_pipe_short_reads);
 	tcase_add_test(tc, test_read_full_pipe_eof);
 	tcase_add_test(tc, test_write_full_pipe);
+	tcase_add_test(tc, test_random);
 	suite_add_tcase(s, tc);
 	return s;
 }
