@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "clock.h"
+#include "fill.h"
 #include "ioctl.h"
 #include "log.h"
 #include "size.h"
@@ -85,7 +86,8 @@ struct sreq {
 /* The staging glue of one mount. */
 struct placefs_ioctl {
 	struct placefs_mount *m;
-	struct placefs_stager *st; /* NULL: staging disabled */
+	struct placefs_stager *st;   /* NULL: staging disabled */
+	struct placefs_filler *fill; /* READ mode: shard -> caller's shm, no ring */
 	struct placefs_backend_info info;
 	uint64_t align;
 	char device[160];    /* for the log and stats: "none", "host (/placefs-1-0)", ... */
@@ -509,6 +511,56 @@ static int perms_init(struct placefs_ioctl *fs)
 
 /* ---- STAGE -------------------------------------------------------------------------- */
 
+static const char *mode_name(uint32_t mode)
+{
+	return mode == PLACEFS_IOC_STAGE_COPY   ? "copy"
+	       : mode == PLACEFS_IOC_STAGE_READ ? "read"
+	                                        : "borrow";
+}
+
+/*
+ * READ mode: the tensor's bytes from its shard straight into the caller's
+ * shm object, by the filler's threads and this one; no ring is involved.
+ */
+static int run_read(struct sreq *r, int fd, const struct placefs_tensor *t,
+                    struct placefs_stage_span *span, struct placefs_error *err)
+{
+	const struct placefs_ioc_stage *io = &r->io;
+	struct placefs_fill_opts fo = {.cancel = &r->cancel, .name = t->name};
+	struct timespec dl;
+	uint64_t t0 = placefs_clock_ns(), end;
+	int dfd, rc;
+
+	if (__builtin_add_overflow(io->dest_offset, t->nbytes, &end) || end > io->dest_size)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "tensor \"%s\" (%llu bytes) does not fit at dest_offset "
+		                         "%llu of dest_size %llu",
+		                         t->name, (unsigned long long)t->nbytes,
+		                         (unsigned long long)io->dest_offset,
+		                         (unsigned long long)io->dest_size);
+	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
+		dl = placefs_clock_deadline(io->timeout_ns);
+		fo.deadline = &dl;
+	} else if (!io->timeout_ns && r->fs->default_timeout_ns) {
+		dl = placefs_clock_deadline(r->fs->default_timeout_ns);
+		fo.deadline = &dl;
+	}
+	/* The daemon writes only into shared memory that belongs to the caller. */
+	dfd = placefs_fill_open_shm((const char *)io->dest_handle, 1, (unsigned)r->uid,
+	                            io->dest_size, err);
+	if (dfd < 0)
+		return dfd;
+	rc = placefs_filler_copy(r->fs->fill, fd, t->offset, dfd, io->dest_offset, t->nbytes, &fo,
+	                         err);
+	close(dfd);
+	if (rc < 0)
+		return rc;
+	memset(span, 0, sizeof(*span));
+	span->nbytes = t->nbytes;
+	span->read_ns = span->total_ns = placefs_clock_ns() - t0;
+	return 0;
+}
+
 static void run_stage(struct sreq *r)
 {
 	struct placefs_ioctl *fs = r->fs;
@@ -539,7 +591,9 @@ static void run_stage(struct sreq *r)
 	placefs_error_clear(&err);
 	inflight_add(fs, r);
 	fuse_req_interrupt_func(r->req, on_interrupt, r);
-	if (io->mode == PLACEFS_IOC_STAGE_COPY) {
+	if (io->mode == PLACEFS_IOC_STAGE_READ) {
+		rc = run_read(r, fd, t, &span, &err);
+	} else if (io->mode == PLACEFS_IOC_STAGE_COPY) {
 		memset(&dest, 0, sizeof(dest));
 		dest.kind = io->dest_kind;
 		dest.handle_bytes = io->dest_handle_bytes;
@@ -560,7 +614,7 @@ static void run_stage(struct sreq *r)
 	fuse_req_interrupt_func(r->req, NULL, NULL);
 	inflight_del(fs, r);
 
-	if (rc != 0 || io->mode == PLACEFS_IOC_STAGE_COPY || !span.lease)
+	if (rc != 0 || io->mode != PLACEFS_IOC_STAGE_BORROW || !span.lease)
 		/* Nothing stays held: the stage's bytes no longer count against its user. */
 		share_put(fs, r->uid, r->reserved, false);
 	if (rc != 0) {
@@ -569,14 +623,13 @@ static void run_stage(struct sreq *r)
 			atomic_fetch_add_explicit(&m->ctr.client_errors, 1, memory_order_relaxed);
 			placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
 			                    "staging: %s of '%s' failed (%s): %s",
-			                    io->mode == PLACEFS_IOC_STAGE_COPY ? "copy" : "borrow",
-			                    fname_of(m, r->entry), strerror(-rc),
-			                    err.msg[0] ? err.msg : strerror(-rc));
+			                    mode_name(io->mode), fname_of(m, r->entry),
+			                    strerror(-rc), err.msg[0] ? err.msg : strerror(-rc));
 		}
 		fuse_reply_err(r->req, -rc);
 		return;
 	}
-	if (io->mode != PLACEFS_IOC_STAGE_COPY && span.lease && r->reserved) {
+	if (io->mode == PLACEFS_IOC_STAGE_BORROW && span.lease && r->reserved) {
 		bool ok;
 
 		/* Recorded before the caller hears of the lease, so that it can end it at once. */
@@ -603,7 +656,8 @@ static void run_stage(struct sreq *r)
 		if (placefs_stager_release(fs->st, span.lease, r->fh) == 0 && r->reserved)
 			lease_end(fs, span.lease);
 	}
-	hint_after(fs, r->entry);
+	if (io->mode != PLACEFS_IOC_STAGE_READ)
+		hint_after(fs, r->entry);
 }
 
 static void *detached_main(void *arg)
@@ -643,7 +697,8 @@ static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 		return bad(why, len, "version %u, expected %u", s->version, PLACEFS_IOC_VERSION);
 	if (s->size != sizeof(*s))
 		return bad(why, len, "size field %u, expected %zu", s->size, sizeof(*s));
-	if (s->mode != PLACEFS_IOC_STAGE_BORROW && s->mode != PLACEFS_IOC_STAGE_COPY)
+	if (s->mode != PLACEFS_IOC_STAGE_BORROW && s->mode != PLACEFS_IOC_STAGE_COPY &&
+	    s->mode != PLACEFS_IOC_STAGE_READ)
 		return bad(why, len, "unknown mode %u", s->mode);
 	if (s->flags != 0)
 		return bad(why, len, "flags 0x%x (none is defined)", s->flags);
@@ -655,6 +710,10 @@ static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 			return bad(why, len, "borrow mode takes no destination");
 		return 0;
 	}
+	if (s->mode == PLACEFS_IOC_STAGE_READ && s->dest_kind != PLACEFS_IOC_HANDLE_HOST_SHM)
+		return bad(why, len,
+		           "read mode takes a host shm destination (kind %d), not kind %u",
+		           PLACEFS_IOC_HANDLE_HOST_SHM, s->dest_kind);
 	switch (s->dest_kind) {
 	case PLACEFS_IOC_HANDLE_CUDA_IPC:
 		if (s->dest_handle_bytes != PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES)
@@ -696,12 +755,13 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 		refuse(req, fs, rc, "'%s': bad stage request: %s", e->fname, why);
 		return;
 	}
-	if (!fs->st) {
+	if (!fs->st && in->mode != PLACEFS_IOC_STAGE_READ) {
 		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
 		fuse_reply_err(req, ENODEV);
 		return;
 	}
-	if (e->placement == PLACEFS_PLACE_CPU || e->tensor->nbytes > fs->info.ring_bytes) {
+	if (in->mode != PLACEFS_IOC_STAGE_READ &&
+	    (e->placement == PLACEFS_PLACE_CPU || e->tensor->nbytes > fs->info.ring_bytes)) {
 		char lim[32], ring[32];
 
 		placefs_size_format(placefs_plan_limit(m->plan), lim, sizeof(lim));
@@ -715,8 +775,8 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 		       (unsigned long long)fs->info.ring_bytes, ring);
 		return;
 	}
-	if (in->mode == PLACEFS_IOC_STAGE_COPY && in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
-	    fs->info.handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+	if (in->mode != PLACEFS_IOC_STAGE_BORROW && in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+	    fs->st && fs->info.handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
 	    strcmp((const char *)in->dest_handle, (const char *)fs->info.handle) == 0) {
 		refuse(req, fs, EINVAL, "'%s': the destination is the staging ring itself",
 		       e->fname);
@@ -749,7 +809,7 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 	local.io = *in;
 
 	/* A capped user's leases and stages in progress: at most -o user_share of the ring. */
-	if (capped(fs, local.uid)) {
+	if (in->mode != PLACEFS_IOC_STAGE_READ && capped(fs, local.uid)) {
 		uint64_t need = e->tensor->nbytes ? e->tensor->nbytes : 1;
 
 		if (fs->align > 1 && need % fs->align)
@@ -1045,6 +1105,25 @@ static const struct placefs_stat staging_rows[] = {
         STAGER("zero_copy.stale", zero_copy_stale),
 };
 
+/* READ mode (the filler), after the ring's rows; also without a ring. */
+#define FILL(path, member) PLACEFS_STAT(path, U64, 0, struct placefs_fill_stats, member)
+
+static const struct placefs_stat read_rows[] = {
+        FILL("read.threads", threads),       FILL("read.piece_bytes", piece_bytes),
+        FILL("read.tensors", copies),        FILL("read.bytes", bytes),
+        FILL("read.errors", errors),         FILL("read.ns", ns),
+        FILL("read.spliced_bytes", spliced), FILL("read.bounced_bytes", bounced),
+        FILL("read.now", busy_copies),
+};
+
+static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
+{
+	struct placefs_fill_stats f;
+
+	placefs_filler_stats(fs ? fs->fill : NULL, &f);
+	placefs_stats_table(w, read_rows, PLACEFS_STATS_ROWS(read_rows), (const void *const[]){&f});
+}
+
 void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 {
 	struct placefs_stager_stats s;
@@ -1054,6 +1133,7 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 	placefs_stats_string(w, "device", fs ? fs->device : "none");
 	if (!fs || !fs->st) {
 		placefs_stats_string(w, "backend", "none");
+		read_stats(fs, w);
 		placefs_stats_end(w);
 		return;
 	}
@@ -1065,6 +1145,7 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 	pthread_mutex_unlock((pthread_mutex_t *)&fs->lock);
 	placefs_stats_table(w, staging_rows, PLACEFS_STATS_ROWS(staging_rows),
 	                    (const void *const[]){&s, fs, &v});
+	read_stats(fs, w);
 	placefs_stats_end(w);
 }
 
@@ -1166,6 +1247,17 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 	if (ioctl_init(fs, m) != 0) {
 		free(fs);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	}
+	{
+		struct placefs_fill_config fc = {0};
+
+		placefs_error_clear(&e);
+		rc = placefs_filler_create(&fc, &fs->fill, &e);
+		if (rc != 0) {
+			placefs_error_set(err, rc, e.kind, "staging: %s", e.msg);
+			placefs_ioctl_free(fs);
+			return rc;
+		}
 	}
 	why[0] = '\0';
 	dev = choose_device(m->opts, why, sizeof(why));
@@ -1277,6 +1369,7 @@ void placefs_ioctl_free(struct placefs_ioctl *fs)
 	placefs_ioctl_shutdown(fs);
 	placefs_log_limit_flush(&fs->loglim, "staging");
 	placefs_stager_free(fs->st);
+	placefs_filler_free(fs->fill);
 	for (i = 0; i < LEASE_BUCKETS; i++) {
 		while (fs->leases[i]) {
 			struct lease_rec *l = fs->leases[i];

@@ -85,6 +85,15 @@ enum placefs_ioc_stage_mode {
 	PLACEFS_IOC_STAGE_BORROW = 0,
 	/* Push the tensor through the ring into the caller's destination; no lease remains. */
 	PLACEFS_IOC_STAGE_COPY = 1,
+	/*
+	 * Read the tensor straight into the caller's host shared-memory
+	 * destination (dest_kind PLACEFS_IOC_HANDLE_HOST_SHM only) with the
+	 * daemon's reader threads, in parallel pieces: no ring, no device, any
+	 * placement, also on a mount with -o device=none. The way to bring
+	 * cpu-placed tensors into host memory beside the gpu-placed ones.
+	 * ring_offset, lease and copy_ns come back 0; read_ns is the read.
+	 */
+	PLACEFS_IOC_STAGE_READ = 2,
 };
 
 /* stage.out_flags */

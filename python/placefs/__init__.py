@@ -36,7 +36,7 @@ See doc/PYTHON.md for the details and the rules each error names.
 from ._ioctl import (
     BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, CUDA_IPC_HANDLE_BYTES, HANDLE_CUDA_IPC,
     HANDLE_HOST_SHM, HANDLE_MAX, HANDLE_NONE, IOC_MAGIC, IOC_RELEASE, IOC_RING_INFO,
-    IOC_STAGE, IOC_VERSION, RELEASE_SIZE, RING_INFO_SIZE, STAGE_BORROW, STAGE_COPY,
+    IOC_STAGE, IOC_VERSION, RELEASE_SIZE, RING_INFO_SIZE, STAGE_BORROW, STAGE_COPY, STAGE_READ,
     STAGE_SIZE, STAGED_PREFETCHED, Destination, RingInfo, StageResult, _iow, _iowr,
     _RELEASE_FMT, _RING_INFO_FMT, _STAGE_FMT, release, ring_info, stage)
 from .cli import main
@@ -48,7 +48,7 @@ from .plan import TensorInfo
 __all__ = [
     "BACKEND_NONE", "BACKEND_HOST", "BACKEND_CUDA",
     "HANDLE_NONE", "HANDLE_CUDA_IPC", "HANDLE_HOST_SHM",
-    "STAGE_BORROW", "STAGE_COPY", "STAGED_PREFETCHED",
+    "STAGE_BORROW", "STAGE_COPY", "STAGE_READ", "STAGED_PREFETCHED",
     "IOC_RING_INFO", "IOC_STAGE", "IOC_RELEASE",
     "RING_INFO_SIZE", "STAGE_SIZE", "RELEASE_SIZE",
     "RingInfo", "StageResult", "Destination", "TensorInfo", "PlacedTensor",

@@ -36,6 +36,7 @@ HANDLE_HOST_SHM = 2
 
 STAGE_BORROW = 0
 STAGE_COPY = 1
+STAGE_READ = 2
 STAGED_PREFETCHED = 0x1
 
 # The structs have explicit padding and fixed-width fields only, so native
@@ -111,7 +112,7 @@ _IOC_ERRORS = {
     _errno.ENODEV: "staging is disabled on this mount (-o device=none)",
     _errno.EOPNOTSUPP: "this backend cannot serve the destination kind",
     _errno.EACCES: "the destination shared-memory object is not the caller's",
-    _errno.ENOENT: "no such lease on this file descriptor",
+    _errno.ENOENT: "no such lease on this file descriptor, or no such destination shm object",
     _errno.ETIMEDOUT: "no ring space within the timeout",
     _errno.EINTR: "interrupted while waiting for ring space",
     _errno.EIO: "the tensor could not be read or copied completely (see the daemon log)",
@@ -277,7 +278,9 @@ def _mode_number(mode):
         return STAGE_COPY
     if mode in ("borrow", STAGE_BORROW):
         return STAGE_BORROW
-    raise ValueError("stage mode must be 'copy' or 'borrow', got %r" % (mode,))
+    if mode in ("read", STAGE_READ):
+        return STAGE_READ
+    raise ValueError("stage mode must be 'copy', 'borrow' or 'read', got %r" % (mode,))
 
 
 def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage"):
@@ -286,13 +289,17 @@ def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage"):
     mode "borrow" (or STAGE_BORROW) leases ring bytes [ring_offset, ring_offset
     + nbytes) until release(fd, lease) or close(fd); dest must be None. mode
     "copy" (STAGE_COPY) writes the tensor to `dest` (a Destination) and holds
-    nothing. timeout_ns bounds the wait for ring space (0: no limit). Errors
+    nothing. mode "read" (STAGE_READ) has the daemon's reader threads read
+    the tensor from its shard straight into `dest`, a shm Destination, with
+    no ring (any placement; also on a mount without staging). timeout_ns bounds the wait for ring space (0: no limit). Errors
     are OSError with the ioctl's errno; `what` prefixes their message.
     """
     m = _mode_number(mode)
-    if m == STAGE_COPY:
+    if m in (STAGE_COPY, STAGE_READ):
         if not isinstance(dest, Destination):
-            raise ValueError("%s: copy mode needs a Destination, got %r" % (what, dest))
+            raise ValueError("%s: %s mode needs a Destination, got %r" % (what, mode, dest))
+        if m == STAGE_READ and dest.kind != HANDLE_HOST_SHM:
+            raise ValueError("%s: read mode needs a shm Destination" % what)
         kind, hb, handle, doff, dsize = (dest.kind, len(dest.handle), dest.handle, dest.offset,
                                          dest.size)
     else:

@@ -296,7 +296,7 @@ def abi(probe_path):
                   "stage copy without a destination")
     expect_raises(lambda: placefs.stage(3, "borrow", placefs.Destination.shm("/x", 0, 1)),
                   ValueError, "borrow mode takes no destination", "borrow with a destination")
-    expect_raises(lambda: placefs.stage(3, "lend"), ValueError, "'copy' or 'borrow'",
+    expect_raises(lambda: placefs.stage(3, "lend"), ValueError, "'copy', 'borrow' or 'read'",
                   "unknown stage mode")
     expect_raises(lambda: placefs.Destination.shm("noslash", 0, 1), ValueError, "/name",
                   "shm name without '/'")

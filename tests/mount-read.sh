@@ -1,0 +1,44 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# mount-read: PLACEFS_IOC_STAGE_READ, the daemon's readers filling a caller's
+# shm object with no ring: every tensor exact (gpu- and cpu-placed), on a
+# host-ring mount and on a -o device=none mount; the documented errnos; the
+# ring refused as a destination; a destination truncated under the copy
+# (errors, the daemon stays up, bytes exact afterwards); eight concurrent
+# callers into one object; the stats.
+TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+. "$(dirname "$0")/lib.sh"
+require_fuse
+
+PYTHONPATH=$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}
+PLACEFS_NO_TORCH=1
+export PYTHONPATH PLACEFS_NO_TORCH
+T="$PYTHON $top_srcdir/tests/py/read_test.py"
+
+cd "$TMP" || fail "cd $TMP"
+MP=$TMP/mnt
+
+# Limit 8 MiB: small tensors on the gpu, a 24 MiB and a 9 MiB one on the cpu.
+tmo 20 "$MKCKPT" -q --seed 11 --tensor 'emb:BF16:12582912' --tensor 'a:F32:262144' \
+	--tensor 'b:F16:4096x513' --tensor 'head:F32:2359296' --tensor 'n:F32:7' \
+	--tensor 'empty:F32:0' ck.safetensors || fail "mkckpt"
+
+for dev in host none; do
+	mount_fs ck.safetensors "$MP" -o buffer_size=8388608,device=$dev
+	out=$(tmo 60 $T basic "$MP" ck.safetensors) || fail "basic ($dev): $out"
+	note "$dev: $out"
+	out=$(tmo 60 $T errors "$MP" ck.safetensors) || fail "errors ($dev): $out"
+	note "$dev: $out"
+	out=$(tmo 60 $T concurrent "$MP" ck.safetensors) || fail "concurrent ($dev): $out"
+	note "$dev: $out"
+	if [ $dev = host ]; then
+		out=$(tmo 30 $T ring "$MP" ck.safetensors) || fail "ring: $out"
+		note "$out"
+		out=$(tmo 90 $T shrink "$MP" ck.safetensors) || fail "shrink: $out"
+		note "$out"
+		kill -0 "$MOUNT_PID" || fail "the daemon died in the shrink race"
+	fi
+	[ "$(stat_get "$MP" staging.read.now)" = 0 ] || fail "read.now not 0"
+	umount_fs "$MP"
+done
+exit 0

@@ -1,0 +1,235 @@
+# SPDX-License-Identifier: MIT
+"""PLACEFS_IOC_STAGE_READ against a live mount (tests/mount-read.sh drives it).
+
+Each scenario prints nothing on success and exits non-zero naming the check
+that failed. Standard library only, with the placefs package.
+"""
+import errno
+import json
+import mmap
+import os
+import struct
+import sys
+import threading
+
+import placefs
+from placefs import Destination, stage
+
+
+def check(cond, msg):
+    if not cond:
+        sys.exit("read_test: " + msg)
+
+
+def expect_errno(fn, want, what):
+    try:
+        fn()
+    except OSError as e:
+        check(e.errno == want, "%s: errno %s (%s), expected %s" % (
+            what, errno.errorcode.get(e.errno), e, errno.errorcode[want]))
+        return
+    sys.exit("read_test: %s: no error, expected %s" % (what, errno.errorcode[want]))
+
+
+def source_bytes(path):
+    """name -> payload bytes, straight from a safetensors file."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        base = 8 + n
+        out = {}
+        for k, v in hdr.items():
+            if k == "__metadata__":
+                continue
+            a, b = v["data_offsets"]
+            f.seek(base + a)
+            out[k] = f.read(b - a)
+    return out
+
+
+class Shm:
+    def __init__(self, size, tag="t"):
+        self.name = "/placefs-read-test-%d-%s" % (os.getpid(), tag)
+        self.fd = os.open("/dev/shm" + self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+    def read(self, off, n):
+        return os.pread(self.fd, n, off)
+
+    def close(self):
+        os.close(self.fd)
+        try:
+            os.unlink("/dev/shm" + self.name)
+        except FileNotFoundError:
+            pass
+
+
+def stats(mnt):
+    with open(os.path.join(mnt, ".placefs", "stats")) as f:
+        return json.load(f)["staging"]
+
+
+def read_one(mnt, t, dest, **kw):
+    fd = os.open(t.path, os.O_RDONLY)
+    try:
+        return stage(fd, "read", dest, what="read %r" % t.name, **kw)
+    finally:
+        os.close(fd)
+
+
+def basic(mnt, source):
+    """Every tensor (gpu- and cpu-placed) READ at an odd offset equals the source."""
+    m = placefs.Mount(mnt)
+    ref = source_bytes(source)
+    before = stats(mnt)["read"]["tensors"]
+    total = sum(t.nbytes for t in m.tensors) + 64 * len(m.tensors) + 3
+    shm = Shm(total, "basic")
+    off = 3
+    places = set()
+    for t in m.tensors:
+        r = read_one(mnt, t, Destination.shm(shm.name, off, shm.size))
+        check(r.nbytes == t.nbytes, "%s: nbytes %d, plan %d" % (t.name, r.nbytes, t.nbytes))
+        check(r.lease == 0 and r.ring_offset == 0 and r.copy_ns == 0,
+              "%s: read mode returned a lease/ring offset/copy time" % t.name)
+        check(shm.read(off, t.nbytes) == ref[t.name], "%s: bytes differ" % t.name)
+        places.add(t.placement)
+        off += t.nbytes + 64
+    s = stats(mnt)
+    check(s["read"]["tensors"] - before == len(m.tensors),
+          "stats read.tensors %d -> %d, %d reads" % (before, s["read"]["tensors"], len(m.tensors)))
+    check(s["read"]["bytes"] >= sum(t.nbytes for t in m.tensors), "stats read.bytes")
+    shm.close()
+    m.close()
+    print("basic: %d tensors (%s) read exact" % (len(m.tensors), "+".join(sorted(places))))
+
+
+def errors(mnt, source):
+    m = placefs.Mount(mnt)
+    t = max(m.tensors, key=lambda x: x.nbytes)
+    shm = Shm(t.nbytes, "err")
+    # A destination that does not exist.
+    expect_errno(lambda: read_one(mnt, t, Destination.shm("/placefs-read-test-none", 0,
+                                                           t.nbytes)), errno.ENOENT,
+                 "missing shm")
+    # dest_size larger than the object.
+    expect_errno(lambda: read_one(mnt, t, Destination.shm(shm.name, 0, t.nbytes + 1)),
+                 errno.EINVAL, "dest_size past the object")
+    # The tensor does not fit at the offset.
+    expect_errno(lambda: read_one(mnt, t, Destination.shm(shm.name, 1, t.nbytes)),
+                 errno.EINVAL, "offset + nbytes past dest_size")
+    # A CUDA IPC destination: read mode takes shm only (the C side refuses it too).
+    fd = os.open(t.path, os.O_RDONLY)
+    buf = bytearray(placefs.STAGE_SIZE)
+    struct.pack_into("=IIIIIIQQ", buf, 0, placefs.IOC_VERSION, placefs.STAGE_SIZE,
+                     placefs.STAGE_READ, 0, placefs.HANDLE_CUDA_IPC, 64, 0, t.nbytes)
+    import fcntl
+    expect_errno(lambda: fcntl.ioctl(fd, placefs.IOC_STAGE, buf, True), errno.EINVAL,
+                 "read mode with a CUDA IPC destination")
+    # A non-zero reserved field.
+    buf = bytearray(placefs.STAGE_SIZE)
+    nm = shm.name.encode() + b"\0"
+    struct.pack_into("=IIIIIIQQ%ds" % len(nm), buf, 0, placefs.IOC_VERSION, placefs.STAGE_SIZE,
+                     placefs.STAGE_READ, 0, placefs.HANDLE_HOST_SHM, len(nm), 0, t.nbytes, nm)
+    struct.pack_into("=Q", buf, placefs.STAGE_SIZE - 8, 1)
+    expect_errno(lambda: fcntl.ioctl(fd, placefs.IOC_STAGE, buf, True), errno.EINVAL,
+                 "non-zero reserved field")
+    os.close(fd)
+    # Not the caller's: as root, give the object to nobody.
+    if os.geteuid() == 0:
+        os.fchown(shm.fd, 65534, 65534)
+        expect_errno(lambda: read_one(mnt, t, Destination.shm(shm.name, 0, t.nbytes)),
+                     errno.EACCES, "shm of another user")
+        os.fchown(shm.fd, 0, 0)
+    r = read_one(mnt, t, Destination.shm(shm.name, 0, t.nbytes))
+    check(shm.read(0, t.nbytes) == source_bytes(source)[t.name], "after the errors: bytes")
+    shm.close()
+    m.close()
+    print("errors: ENOENT, EINVAL x4%s as documented" % (", EACCES" if os.geteuid() == 0 else ""))
+
+
+def ring(mnt, source):
+    """The staging ring itself is no destination."""
+    m = placefs.Mount(mnt)
+    ri = m.ring_info()
+    t = m.tensors[0]
+    expect_errno(lambda: read_one(mnt, t, Destination.shm(ri.shm_name, 0, ri.ring_bytes)),
+                 errno.EINVAL, "the ring as destination")
+    m.close()
+    print("ring: refused as a destination")
+
+
+def shrink(mnt, source):
+    """A destination truncated while it is filled: errors, never a dead daemon or success
+    with wrong bytes."""
+    m = placefs.Mount(mnt)
+    t = max(m.tensors, key=lambda x: x.nbytes)
+    ref = source_bytes(source)[t.name]
+    shm = Shm(t.nbytes, "shrink")
+    stop = threading.Event()
+
+    def shrinker():
+        import time
+        while not stop.is_set():
+            time.sleep(0.002)
+            os.ftruncate(shm.fd, 4096)
+            time.sleep(0.0005)
+            os.ftruncate(shm.fd, t.nbytes)
+
+    th = threading.Thread(target=shrinker)
+    th.start()
+    ok = bad = 0
+    for _ in range(100):
+        try:
+            read_one(mnt, t, Destination.shm(shm.name, 0, t.nbytes))
+            ok += 1
+        except OSError as e:
+            check(e.errno in (errno.EINVAL, errno.ENOSPC, errno.EIO),
+                  "shrinking destination: errno %s (%s)" % (errno.errorcode.get(e.errno), e))
+            bad += 1
+    stop.set()
+    th.join()
+    os.ftruncate(shm.fd, t.nbytes)
+    read_one(mnt, t, Destination.shm(shm.name, 0, t.nbytes))
+    check(shm.read(0, t.nbytes) == ref, "after the shrink race: bytes")
+    shm.close()
+    m.close()
+    print("shrink: 100 reads under a truncation race: %d succeeded, %d refused; daemon alive"
+          % (ok, bad))
+
+
+def concurrent(mnt, source):
+    """Eight threads read every tensor into one shm object at once."""
+    m = placefs.Mount(mnt)
+    ref = source_bytes(source)
+    offs, pos = [], 0
+    for t in m.tensors:
+        offs.append(pos)
+        pos += t.nbytes
+    shm = Shm(max(pos, 1), "conc")
+    errs = []
+
+    def worker(k):
+        try:
+            for i, t in enumerate(m.tensors):
+                if i % 8 == k:
+                    read_one(mnt, t, Destination.shm(shm.name, offs[i], shm.size))
+        except BaseException as e:  # noqa: BLE001
+            errs.append(e)
+
+    ths = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    check(not errs, "concurrent reads: %r" % errs[:1])
+    for t, o in zip(m.tensors, offs):
+        check(shm.read(o, t.nbytes) == ref[t.name], "concurrent: %s differs" % t.name)
+    check(stats(mnt)["read"]["now"] == 0, "read.now not 0 after the reads")
+    shm.close()
+    m.close()
+    print("concurrent: %d tensors by 8 threads into one object, exact" % len(m.tensors))
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*sys.argv[2:])
