@@ -5,7 +5,9 @@
 # host-ring mount and on a -o device=none mount; the documented errnos; the
 # ring refused as a destination; a destination truncated under the copy
 # (errors, the daemon stays up, bytes exact afterwards); eight concurrent
-# callers into one object; the stats.
+# callers into one object; the stats; load_state_dict bringing cpu-placed
+# tensors by STAGE_READ, and iter_weights equal to it (copy and borrow, small
+# windows, an early stop that leaves no lease or shm object behind).
 TEST_TIMEOUT=${TEST_TIMEOUT:-120}
 . "$(dirname "$0")/lib.sh"
 require_fuse
@@ -30,6 +32,8 @@ for dev in host none; do
 	out=$(tmo 60 $T errors "$MP" ck.safetensors) || fail "errors ($dev): $out"
 	note "$dev: $out"
 	out=$(tmo 60 $T concurrent "$MP" ck.safetensors) || fail "concurrent ($dev): $out"
+	note "$dev: $out"
+	out=$(tmo 60 $T loader "$MP" ck.safetensors) || fail "loader ($dev): $out"
 	note "$dev: $out"
 	if [ $dev = host ]; then
 		out=$(tmo 30 $T ring "$MP" ck.safetensors) || fail "ring: $out"

@@ -4,7 +4,8 @@
 A placefs mount shows one read-only file per selected tensor, annotated with
 its placement: "gpu" tensors (payload <= the staging limit) travel through the
 daemon's staging ring with the ioctls of include/placefs/ioctl.h, "cpu" tensors
-are read through the mount like any file. This package speaks that protocol
+are read by the daemon's reader threads straight into this process's memory
+(STAGE_READ; a file system without it is read like any file). This package speaks that protocol
 from Python with the standard library alone; torch is used when it can be
 imported (and numpy for PlacedTensor.numpy()).
 
@@ -20,7 +21,11 @@ Modules, from the bottom (everything public is re-exported here):
   Mount.borrow(name): a leased view of one staged tensor.
 * placefs.loader: load_state_dict(mountpoint, device, mode): every tensor, in
   checkpoint order, as torch tensors (or PlacedTensor objects without torch);
-  load() also returns a LoadReport.
+  load() also returns a LoadReport. cpu-placed tensors come by STAGE_READ: the
+  daemon's reader threads fill a shm object of this process, beside the gpu part.
+* placefs.stream: iter_weights(mountpoint, device, mode): (name, tensor) one by
+  one in checkpoint order as they land, with bounded memory in flight (copy:
+  owned tensors; borrow: a ring view valid until the next item).
 * placefs._torch: the one module that touches torch internals or the CUDA
   runtime (IPC handles of torch allocations, ctypes libcudart), with the torch
   versions it was checked on.
@@ -44,6 +49,7 @@ from .loader import (LoadReport, PlacedTensor, _parse_device, copy_mode_from_env
                      load, load_state_dict)
 from .mount import Borrowed, Mount
 from .plan import TensorInfo
+from .stream import iter_weights
 
 __all__ = [
     "BACKEND_NONE", "BACKEND_HOST", "BACKEND_CUDA",
@@ -54,5 +60,5 @@ __all__ = [
     "RingInfo", "StageResult", "Destination", "TensorInfo", "PlacedTensor",
     "Mount", "Borrowed", "LoadReport",
     "ring_info", "stage", "release", "copy_mode_from_env",
-    "load_state_dict", "load", "main",
+    "load_state_dict", "load", "iter_weights", "main",
 ]

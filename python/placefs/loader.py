@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: MIT
-"""load_state_dict() and load(): every tensor of a mount, in checkpoint order.
+"""load_state_dict(), load() and iter_weights(): every tensor of a mount.
 
-cpu-placed tensors are read through the mount; gpu-placed ones travel
-through the daemon's staging ring, in copy mode (into one shm object or one
-CUDA allocation of this process) or in borrow mode (leased, copied out,
-released). Results are torch tensors when torch is importable, else
-PlacedTensor objects. doc/PYTHON.md describes the paths and their results.
+cpu-placed tensors are read by the daemon's reader threads straight into a
+shm object of this process (PLACEFS_IOC_STAGE_READ), beside the gpu-placed
+ones; gpu-placed ones travel through the daemon's staging ring, in copy mode
+(into shm objects or CUDA allocations of this process) or in borrow mode
+(leased, copied out or lent, released). Results are torch tensors when torch
+is importable, else PlacedTensor objects. doc/PYTHON.md describes the paths
+and their results.
 """
 
 import errno as _errno
@@ -15,6 +17,7 @@ import secrets
 import threading
 import time
 import warnings
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _torch
@@ -67,9 +70,13 @@ class PlacedTensor:
 
 
 def _parse_device(device):
-    """('cpu', None) or ('cuda', index) for "cpu", "cuda", "cuda:N" or a torch.device."""
-    if device is None:
-        return "cpu", None
+    """('cpu', None), ('cuda', index) or ('auto', None) for a device argument.
+
+    "cpu", "cuda", "cuda:N" or a torch.device; None or "auto": the mount's
+    own staging device (its CUDA ring's GPU, else the host).
+    """
+    if device is None or device == "auto":
+        return "auto", None
     s = str(device)
     if s == "cpu":
         return "cpu", None
@@ -80,7 +87,7 @@ def _parse_device(device):
         return "cuda", idx
     if s.startswith("cuda:") and s[5:].isdigit() and s[5:].isascii():
         return "cuda", int(s[5:])
-    raise ValueError("device must be 'cpu', 'cuda' or 'cuda:N', got %r" % (device,))
+    raise ValueError("device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got %r" % (device,))
 
 
 def copy_mode_from_env():
@@ -139,6 +146,19 @@ class _ShmDest:
             self.name = None
 
 
+def _read_into(t, dest, timeout_ns):
+    """STAGE_READ of tensor t into the shm Destination dest; checks the byte count."""
+    fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        r = stage(fd, "read", dest, timeout_ns, what="tensor %r" % t.name)
+    finally:
+        os.close(fd)
+    if r.nbytes != t.nbytes:
+        raise OSError(_errno.EPROTO, "tensor %r: the daemon read %d bytes, the plan says %d"
+                      % (t.name, r.nbytes, t.nbytes))
+    return r
+
+
 def _run_all(pool, fn, items):
     """fn over items on the pool; waits for every call before raising the first error.
 
@@ -183,7 +203,8 @@ class LoadReport:
             self.mountpoint, tc, tb, self.total_seconds, rate(tb, self.total_seconds),
             self.mode, self.device, self.ring)]
         for pl in ("gpu", "cpu"):
-            how = self.gpu_path if pl == "gpu" else "read through the mount"
+            how = self.gpu_path if pl == "gpu" else \
+                "read by the daemon into shared memory, beside the gpu part"
             lines.append("  %s: %d tensors, %d bytes, %.3f s, %s (%s)" % (
                 pl, self.count[pl], self.bytes[pl], self.seconds[pl],
                 rate(self.bytes[pl], self.seconds[pl]), how or "none"))
@@ -197,7 +218,7 @@ class LoadReport:
 class _Loader:
     """One load of a mount: results in checkpoint order plus the raw bytes for --verify."""
 
-    def __init__(self, mountpoint, device, mode, workers, timeout_ns):
+    def __init__(self, mountpoint, device, mode, workers, timeout_ns, progress=False):
         self.mount = mountpoint if isinstance(mountpoint, Mount) else Mount(mountpoint)
         self.mode = copy_mode_from_env() if mode is None else mode
         if self.mode not in ("copy", "borrow"):
@@ -210,6 +231,8 @@ class _Loader:
         self.out = {}
         self.report = None
         self._lock = threading.Lock()
+        self._want_progress = progress
+        self.progress = None
 
     # Results ---------------------------------------------------------------------------
 
@@ -239,12 +262,60 @@ class _Loader:
         return t, buf
 
     def _load_cpu(self, tensors, pool):
-        for t, buf in pool.map(self._read_one, tensors):
-            self._finish(t, buf, "cpu")
+        """The daemon reads them into one shm object of ours (STAGE_READ), in parallel."""
+        offs, total = self._layout(tensors, 64)
+        jobs = [(t, o) for t, o in zip(tensors, offs) if t.nbytes]
+        shm = _ShmDest(total)
+        try:
+            if jobs:
+                # The first one alone: a file system without STAGE_READ is read instead.
+                try:
+                    self._tick(_read_into(jobs[0][0], shm.dest(jobs[0][1]),
+                                          self.timeout_ns).nbytes)
+                except OSError as e:
+                    if e.errno not in (_errno.ENOTTY, _errno.EINVAL):
+                        raise
+                    if e.errno == _errno.EINVAL:
+                        warn_once("read-mode", "%s: the daemon refused STAGE_READ (%s): "
+                                  "reading cpu-placed tensors through the mount" %
+                                  (self.mount.mountpoint, e))
+                    shm.unlink()
+                    shm.mm.close()
+                    for t, buf in pool.map(self._read_one, tensors):
+                        self._tick(t.nbytes)
+                        self._finish(t, buf, "cpu")
+                    return
+                _run_all(pool, lambda a: self._tick(
+                    _read_into(a[0], shm.dest(a[1]), self.timeout_ns).nbytes), jobs[1:])
+        finally:
+            shm.unlink()
+        self._finish_shm(tensors, offs, shm, "cpu")
+
+    def _finish_shm(self, tensors, offs, shm, device):
+        """Results as views of shm's mapping (torch) or copies of it (no torch)."""
+        mem = memoryview(shm.mm)
+        if self.torch is not None:
+            # The results are views of the mapping; torch keeps it alive.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
+            for t, o in zip(tensors, offs):
+                self._finish(t, flat[o:o + t.nbytes], device)
+            mem.release()
+        else:
+            for t, o in zip(tensors, offs):
+                self._finish(t, bytes(mem[o:o + t.nbytes]), device)
+            mem.release()
+            shm.mm.close()
 
     # GPU-placed ------------------------------------------------------------------------
 
+    def _tick(self, nbytes):
+        if self.progress is not None:
+            self.progress.update(nbytes)
+
     def _account(self, r):
+        self._tick(r.nbytes)
         with self._lock:
             for k, v in r.timings.items():
                 self.report.stage_ns[k] += v
@@ -280,20 +351,7 @@ class _Loader:
                      [(t, o) for t, o in zip(tensors, offs) if t.nbytes])
         finally:
             shm.unlink()
-        mem = memoryview(shm.mm)
-        if self.torch is not None:
-            # The results are views of the mapping; torch keeps it alive.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
-            for t, o in zip(tensors, offs):
-                self._finish(t, flat[o:o + t.nbytes], device)
-            mem.release()
-        else:
-            for t, o in zip(tensors, offs):
-                self._finish(t, bytes(mem[o:o + t.nbytes]), device)
-            mem.release()
-            shm.mm.close()
+        self._finish_shm(tensors, offs, shm, device)
 
     def _gpu_copy_cuda(self, tensors, pool):
         """Copy mode into one flat CUDA buffer of this process, shared by IPC handle."""
@@ -360,14 +418,12 @@ class _Loader:
         fmv.release()
 
     def _gpu_unstaged(self, tensors, pool, device):
-        """Staging disabled (-o device=none): read gpu-placed tensors like cpu ones."""
-        torch = self.torch
-        for t, buf in pool.map(self._read_one, tensors):
-            if device != "cpu":
-                raw = torch.frombuffer(buf, dtype=torch.uint8) if len(buf) else \
-                    torch.empty(0, dtype=torch.uint8)
-                buf = raw.to(device)
-            self._finish(t, buf, device)
+        """Staging disabled (-o device=none): gpu-placed tensors come like cpu ones."""
+        self._load_cpu(tensors, pool)
+        if device != "cpu":
+            for t in tensors:
+                raw = self.raw[t.name].to(device)
+                self._finish(t, raw, device)
 
     def run(self):
         m = self.mount
@@ -380,6 +436,13 @@ class _Loader:
                                     else "cuda:%d" % ri.device, ri.ring_bytes)
         # Where gpu-placed results live: a host ring (or device='cpu') gives
         # host memory; a CUDA ring with device cuda:N gives that device.
+        if self.dev_kind == "auto":
+            # The mount's own staging device: its CUDA ring's GPU when torch can use it.
+            if ri is not None and ri.backend == BACKEND_CUDA and self.torch is not None and \
+                    self.torch.cuda.is_available():
+                self.dev_kind, self.dev_index = "cuda", ri.device
+            else:
+                self.dev_kind = "cpu"
         cuda_ok = self.torch is not None and self.dev_kind == "cuda"
         if ri is None or ri.backend == BACKEND_HOST or self.dev_kind == "cpu":
             gdev = "cpu"
@@ -393,14 +456,41 @@ class _Loader:
             gdev = "cuda:%d" % self.dev_index if cuda_ok and self.torch.cuda.is_available() \
                 else "cpu"
         self.report = LoadReport(m.mountpoint, self.mode, gdev, ring)
+        if self._want_progress:
+            from ._progress import Progress
+            self.progress = Progress(sum(t.nbytes for t in m.tensors),
+                                     label=os.path.basename(m.mountpoint.rstrip("/")) or "load")
+        try:
+            return self._run(m, gpu, cpu, ri, gdev)
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+
+    def _run(self, m, gpu, cpu, ri, gdev):
         t_all = time.perf_counter()
+        cpu_done = {}
+
+        def cpu_part():
+            # Beside the gpu part: the daemon's reader threads, not the ring.
+            c0 = time.perf_counter()
+            try:
+                with ThreadPoolExecutor(max_workers=max(2, min(self.workers, 8))) as cpool:
+                    self._load_cpu(cpu, cpool)
+            except BaseException as e:  # noqa: BLE001 - re-raised by the caller's thread
+                cpu_done["error"] = e
+            cpu_done["seconds"] = time.perf_counter() - c0
+
+        cpu_thread = threading.Thread(target=cpu_part, name="placefs-cpu") if cpu else None
+        if cpu_thread is not None:
+            cpu_thread.start()
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             t0 = time.perf_counter()
             if gpu:
                 if ri.backend == BACKEND_NONE:
                     warn_once("none", "%s: staging is disabled on this mount (-o device=none): "
-                              "gpu-placed tensors are read through the mount" % m.mountpoint)
-                    self.report.gpu_path = "staging disabled: read through the mount"
+                              "gpu-placed tensors are read by the daemon into host memory, not "
+                              "staged" % m.mountpoint)
+                    self.report.gpu_path = "staging disabled: read by the daemon (STAGE_READ)"
                     self._gpu_unstaged(gpu, pool, gdev)
                 elif ri.backend not in (BACKEND_HOST, BACKEND_CUDA):
                     raise RuntimeError("%s: unknown staging backend %d" % (m.mountpoint,
@@ -415,11 +505,12 @@ class _Loader:
                     self.report.gpu_path = "staged into a CUDA IPC destination"
                     self._gpu_copy_cuda(gpu, pool)
             t1 = time.perf_counter()
-            if cpu:
-                self._load_cpu(cpu, pool)
-            t2 = time.perf_counter()
+        if cpu_thread is not None:
+            cpu_thread.join()
+            if "error" in cpu_done:
+                raise cpu_done["error"]
         self.report.seconds["gpu"] = t1 - t0
-        self.report.seconds["cpu"] = t2 - t1
+        self.report.seconds["cpu"] = cpu_done.get("seconds", 0.0)
         self.report.total_seconds = time.perf_counter() - t_all
         for t in m.tensors:
             self.report.count[t.placement] += 1
@@ -428,9 +519,13 @@ class _Loader:
         return {t.name: self.out[t.name] for t in m.tensors}
 
 
-def load(mountpoint, device="cuda:0", mode=None, workers=4, timeout_ns=0):
-    """Like load_state_dict(), but returns (state_dict, LoadReport)."""
-    ld = _Loader(mountpoint, device, mode, workers, timeout_ns)
+def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False):
+    """Like load_state_dict(), but returns (state_dict, LoadReport).
+
+    progress=True draws a progress bar (bytes, rate, ETA) on stderr when it
+    is a terminal, nothing otherwise.
+    """
+    ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress)
     try:
         sd = ld.run()
     finally:
@@ -442,17 +537,21 @@ def load(mountpoint, device="cuda:0", mode=None, workers=4, timeout_ns=0):
     return sd, ld.report
 
 
-def load_state_dict(mountpoint, device="cuda:0", mode=None, workers=4, timeout_ns=0):
+def load_state_dict(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
+                    progress=False):
     """Every tensor of a placefs mount, as a dict name -> tensor in checkpoint order.
 
-    cpu-placed tensors are read through the mount on the CPU. gpu-placed ones
-    are staged through the daemon's ring: onto `device` ("cuda:N") when the
-    mount stages on CUDA and torch is importable, into host memory when the
-    mount's backend is "host" or device is "cpu". mode is "copy" (the daemon
+    cpu-placed tensors land in host memory: the daemon's reader threads read
+    them straight into a shm object of this process, beside the gpu part.
+    gpu-placed ones are staged through the daemon's ring: onto `device`
+    ("cuda:N") when the mount stages on CUDA and torch is importable, into
+    host memory when the mount's backend is "host" or device is "cpu". The
+    default device (None or "auto") is the mount's own: the GPU of its CUDA
+    ring when torch can use it, else the host, as `placefs-load` does. mode is "copy" (the daemon
     writes into memory of this process) or "borrow" (each tensor is leased in
     the ring, copied out and released); None reads INSTANTTENSOR_COPY ("1" or
     unset: copy, "0": borrow, anything else: ValueError). Values are torch
     tensors when torch is importable, else PlacedTensor objects. `workers`
     tensors are in flight at once.
     """
-    return load(mountpoint, device, mode, workers, timeout_ns)[0]
+    return load(mountpoint, device, mode, workers, timeout_ns, progress)[0]

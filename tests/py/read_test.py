@@ -231,5 +231,46 @@ def concurrent(mnt, source):
     print("concurrent: %d tensors by 8 threads into one object, exact" % len(m.tensors))
 
 
+def loader(mnt, source):
+    """load_state_dict brings cpu-placed tensors by STAGE_READ; iter_weights equals it."""
+    m = placefs.Mount(mnt)
+    ref = source_bytes(source)
+    ncpu = sum(1 for t in m.tensors if t.placement == "cpu" and t.nbytes)
+    staged = stats(mnt).get("backend") != "none"
+    for mode in ("copy", "borrow"):
+        before = stats(mnt)["read"]["tensors"]
+        sd, rep = placefs.load(mnt, device="cpu", mode=mode)
+        got = stats(mnt)["read"]["tensors"] - before
+        want = ncpu if staged else sum(1 for t in m.tensors if t.nbytes)
+        check(got == want, "load (%s): %d STAGE_READs, expected %d" % (mode, got, want))
+        check(list(sd) == [t.name for t in m.tensors], "load (%s): order" % mode)
+        for name, v in sd.items():
+            check(bytes(v.data) == ref[name], "load (%s): %s differs" % (mode, name))
+        check("beside the gpu part" in rep.summary(), "report: %s" % rep.summary())
+        # iter_weights: same names, order and bytes; small windows force many batches.
+        for window in (None, 1 << 20, 1):
+            names = []
+            for name, v in placefs.iter_weights(mnt, device="cpu", mode=mode,
+                                                window_bytes=window):
+                check(bytes(v.data) == ref[name], "iter_weights (%s, window %r): %s differs"
+                      % (mode, window, name))
+                names.append(name)
+            check(names == list(sd), "iter_weights (%s): order %r" % (mode, names))
+    # Stopping early leaves nothing held: no lease, no read in progress.
+    it = placefs.iter_weights(mnt, device="cpu", mode="borrow")
+    next(it)
+    it.close()
+    s = stats(mnt)
+    check(s["read"]["now"] == 0, "after an early stop: a read in progress")
+    if staged:
+        check(s["leases"] == 0, "after an early stop: %d leases held" % s["leases"])
+    for leftover in os.listdir("/dev/shm"):
+        check(not leftover.startswith("placefs-py-%d-" % os.getpid()),
+              "shm object %s left behind" % leftover)
+    m.close()
+    print("loader: load (copy, borrow) and iter_weights (3 windows) exact; cpu tensors by "
+          "STAGE_READ")
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,369 @@
+# SPDX-License-Identifier: MIT
+"""iter_weights(): the tensors of a mount one by one, in checkpoint order, as they land.
+
+The shape model loaders consume (vLLM's `weights_iterator`, transformers'
+`load_state_dict` loops): `for name, tensor in iter_weights(mnt): ...`.
+Memory in flight is bounded: at most `window_bytes` of tensors are being
+staged or read ahead of the consumer.
+
+mode "copy" (the default, INSTANTTENSOR_COPY=1 or unset): every yielded
+tensor is owned by the consumer. Consecutive tensors are gathered into
+batches of at most window_bytes / 2 (a larger tensor is a batch alone); a
+batch is one destination, a CUDA allocation for gpu-placed tensors on a
+CUDA mount, else a shm object, filled by the daemon (STAGE copy through the
+ring for gpu-placed tensors, STAGE_READ by its reader threads for
+cpu-placed ones, or for all of them on a mount without staging) while the
+consumer works on the batch before. Tensors of one batch are views of its
+destination, which lives as long as any of them does.
+
+mode "borrow" (INSTANTTENSOR_COPY=0): a gpu-placed tensor is a view of the
+daemon's ring, valid until the consumer asks for the next item, as vLLM's
+ring views are; the lease ends then. One lease is taken ahead of the
+consumer, in checkpoint order. cpu-placed tensors are read (owned), as in
+copy mode.
+"""
+
+import errno as _errno
+import os
+import threading
+import warnings
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from . import _torch
+from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
+from .loader import (PlacedTensor, _align, _parse_device, _read_into, _ShmDest,
+                     copy_mode_from_env)
+from .mount import Mount
+
+DEFAULT_WINDOW = 1 << 30
+
+
+class _Batch:
+    """Consecutive tensors that go to one destination; their futures."""
+
+    def __init__(self, kind, tensors):
+        self.kind = kind  # "cuda" (staged into a CUDA buffer), "shm-stage", "shm-read"
+        self.tensors = tensors
+        self.offs = []
+        pos = 0
+        for t in tensors:
+            pos = _align(pos, 256)
+            self.offs.append(pos)
+            pos += t.nbytes
+        self.nbytes = pos
+        self.futures = []
+        self.buf = None     # torch CUDA tensor or _ShmDest
+        self.export = None  # the IPC export context of a CUDA buffer
+        self.flat = None    # what views are cut from
+
+    def wait(self):
+        """Waits for every stage of the batch; raises the first error after all ended."""
+        first = None
+        for f in self.futures:
+            try:
+                f.result()
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                if first is None:
+                    first = e
+        if self.export is not None:
+            self.export.__exit__(None, None, None)
+            self.export = None
+        if first is not None:
+            raise first
+
+
+class _Stream:
+    def __init__(self, mountpoint, device, mode, workers, timeout_ns, window_bytes, progress):
+        self.own_mount = not isinstance(mountpoint, Mount)
+        self.mount = Mount(mountpoint) if self.own_mount else mountpoint
+        self.mode = copy_mode_from_env() if mode is None else mode
+        if self.mode not in ("copy", "borrow"):
+            raise ValueError("mode must be 'copy' or 'borrow', got %r" % (self.mode,))
+        self.dev_kind, self.dev_index = _parse_device(device)
+        self.workers = max(1, int(workers))
+        self.timeout_ns = timeout_ns
+        self.window = int(window_bytes) if window_bytes else DEFAULT_WINDOW
+        if self.window <= 0:
+            raise ValueError("window_bytes must be positive, got %r" % (window_bytes,))
+        self.torch = _torch.get()
+        self.progress = None
+        if progress:
+            from ._progress import Progress
+            self.progress = Progress(sum(t.nbytes for t in self.mount.tensors),
+                                     label=os.path.basename(
+                                         self.mount.mountpoint.rstrip("/")) or "load")
+        ri = self.mount.ring_info() if any(
+            t.placement == "gpu" for t in self.mount.tensors) else None
+        self.staged = ri is not None and ri.backend != BACKEND_NONE
+        if self.dev_kind == "auto":
+            if ri is not None and ri.backend == BACKEND_CUDA and self.torch is not None and \
+                    self.torch.cuda.is_available():
+                self.dev_kind, self.dev_index = "cuda", ri.device
+            else:
+                self.dev_kind = "cpu"
+        if self.dev_kind == "cuda" and self.torch is None:
+            raise RuntimeError("device cuda:%d needs torch; without torch pass device='cpu'"
+                               % self.dev_index)
+        # gpu-placed results land on the GPU only through a CUDA ring (or a copy
+        # after the read on a mount without staging).
+        self.to_cuda = self.dev_kind == "cuda"
+        self.cuda_ring = ri is not None and ri.backend == BACKEND_CUDA
+
+    # ---- results -------------------------------------------------------------------------
+
+    def _result(self, t, raw, device):
+        torch = self.torch
+        if torch is None:
+            return PlacedTensor(t.name, t.dtype, t.shape, t.placement, device, raw)
+        if not isinstance(raw, torch.Tensor):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                raw = torch.frombuffer(raw, dtype=torch.uint8) if len(raw) else \
+                    torch.empty(0, dtype=torch.uint8)
+        return _torch.typed(torch, t, raw)
+
+    def _tick(self, n):
+        if self.progress is not None:
+            self.progress.update(n)
+
+    # ---- copy mode -----------------------------------------------------------------------
+
+    def _kind(self, t):
+        if t.placement == "gpu" and self.staged:
+            return "cuda" if self.to_cuda and self.cuda_ring else "shm-stage"
+        return "shm-read"
+
+    def _batches(self):
+        cap = max(1, self.window // 2)
+        cur, kind, size = [], None, 0
+        for t in self.mount.tensors:
+            k = self._kind(t)
+            if cur and (k != kind or size + t.nbytes > cap):
+                yield _Batch(kind, cur)
+                cur, size = [], 0
+            cur.append(t)
+            kind = k
+            size = _align(size, 256) + t.nbytes
+        if cur:
+            yield _Batch(kind, cur)
+
+    def _stage_one(self, t, dest, how):
+        fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            r = stage(fd, how, dest, self.timeout_ns, what="tensor %r" % t.name)
+        finally:
+            os.close(fd)
+        if r.nbytes != t.nbytes:
+            raise OSError(_errno.EPROTO, "tensor %r: the daemon moved %d bytes, the plan says "
+                          "%d" % (t.name, r.nbytes, t.nbytes))
+        self._tick(t.nbytes)
+
+    def _start(self, b, pool):
+        """Allocates b's destination and submits its stages."""
+        if b.kind == "cuda":
+            torch = self.torch
+            dev = torch.device("cuda", self.dev_index)
+            b.buf = torch.empty(max(b.nbytes, 1), dtype=torch.uint8, device=dev)
+            # The daemon writes through its own mapping: nothing of ours may be pending.
+            torch.cuda.synchronize(dev)
+            b.export = _torch.cuda_ipc_export(b.buf)
+            handle, soff, sbytes = b.export.__enter__()
+            size = soff + sbytes
+            for t, o in zip(b.tensors, b.offs):
+                if t.nbytes:
+                    b.futures.append(pool.submit(self._stage_one, t, Destination.cuda_ipc(
+                        handle, soff + o, size), "copy"))
+            b.flat = b.buf
+            return
+        b.buf = _ShmDest(b.nbytes)
+        how = "copy" if b.kind == "shm-stage" else "read"
+        for t, o in zip(b.tensors, b.offs):
+            if t.nbytes:
+                b.futures.append(pool.submit(self._stage_one if how == "copy" else
+                                             self._read_one, t, b.buf.dest(o), how))
+
+    def _read_one(self, t, dest, how):
+        _read_into(t, dest, self.timeout_ns)
+        self._tick(t.nbytes)
+
+    def _finish(self, b):
+        """Waits for b; returns [(name, tensor)]."""
+        try:
+            b.wait()
+        finally:
+            if isinstance(b.buf, _ShmDest):
+                b.buf.unlink()
+        out = []
+        if b.kind == "cuda":
+            dev = "cuda:%d" % self.dev_index
+            for t, o in zip(b.tensors, b.offs):
+                out.append((t.name, self._result(t, b.buf[o:o + t.nbytes], dev)))
+            return out
+        shm = b.buf
+        if self.torch is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
+            for t, o in zip(b.tensors, b.offs):
+                v = self._result(t, flat[o:o + t.nbytes], "cpu")
+                if self.to_cuda and t.placement == "gpu":
+                    # No CUDA ring (host ring or no staging): the bytes go up from here.
+                    v = v.to(self.torch.device("cuda", self.dev_index))
+                out.append((t.name, v))
+        else:
+            mem = memoryview(shm.mm)
+            for t, o in zip(b.tensors, b.offs):
+                out.append((t.name, self._result(t, bytes(mem[o:o + t.nbytes]), "cpu")))
+            mem.release()
+            shm.mm.close()
+        return out
+
+    def _copy(self):
+        pending = deque()
+        batches = self._batches()
+        ahead = 0
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            try:
+                while True:
+                    # Keep at most `window` bytes being filled ahead of the consumer.
+                    while ahead < self.window:
+                        b = next(batches, None)
+                        if b is None:
+                            break
+                        self._start(b, pool)
+                        pending.append(b)
+                        ahead += b.nbytes
+                    if not pending:
+                        return
+                    b = pending.popleft()
+                    ahead -= b.nbytes
+                    items = self._finish(b)
+                    for item in items:
+                        yield item
+            finally:
+                # Memory handed to the daemon is freed only once no stage into it runs.
+                for b in pending:
+                    try:
+                        b.wait()
+                    except BaseException:  # noqa: BLE001 - the consumer stopped or failed
+                        pass
+                    if isinstance(b.buf, _ShmDest):
+                        b.buf.unlink()
+
+    # ---- borrow mode ---------------------------------------------------------------------
+
+    def _borrow(self):
+        m = self.mount
+        q = deque()
+        lock = threading.Condition()
+        state = {"stop": False, "done": False}
+
+        def leaser():
+            # One lease ahead, in checkpoint order: the ring never holds more than
+            # the consumer's tensor and the next.
+            try:
+                for t in m.tensors:
+                    with lock:
+                        while len(q) >= 2 and not state["stop"]:
+                            lock.wait()
+                        if state["stop"]:
+                            return
+                    if t.placement == "gpu" and self.staged and t.nbytes:
+                        try:
+                            item = ("lease", t, m.borrow(t.name, self.timeout_ns))
+                        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                            item = ("error", t, e)
+                    else:
+                        item = ("read", t, None)
+                    with lock:
+                        q.append(item)
+                        lock.notify_all()
+                        if item[0] == "error":
+                            return
+            finally:
+                with lock:
+                    state["done"] = True
+                    lock.notify_all()
+
+        th = threading.Thread(target=leaser, name="placefs-borrow", daemon=True)
+        th.start()
+        current = None
+        try:
+            for _ in m.tensors:
+                if current is not None:
+                    current.release()
+                    current = None
+                with lock:
+                    while not q and not state["done"]:
+                        lock.wait()
+                    if not q:
+                        raise RuntimeError("placefs: the leasing thread ended early")
+                    kind, t, val = q.popleft()
+                    lock.notify_all()
+                if kind == "error":
+                    raise val
+                if kind == "lease":
+                    current = val
+                    self._tick(t.nbytes)
+                    v = val.view
+                    if v is None:
+                        raise RuntimeError("tensor %r: borrowing from a CUDA ring needs torch"
+                                           % t.name)
+                    dev = "cuda:%d" % m.ring_info().device if self.cuda_ring else "cpu"
+                    if self.torch is None:
+                        yield t.name, PlacedTensor(t.name, t.dtype, t.shape, t.placement, dev, v)
+                    else:
+                        raw = v if isinstance(v, self.torch.Tensor) else None
+                        if raw is None:
+                            with warnings.catch_warnings():
+                                warnings.simplefilter("ignore")
+                                raw = self.torch.frombuffer(v, dtype=self.torch.uint8) \
+                                    if len(v) else self.torch.empty(0, dtype=self.torch.uint8)
+                        yield t.name, _torch.typed(self.torch, t, raw)
+                else:
+                    b = _Batch("shm-read", [t])
+                    with ThreadPoolExecutor(max_workers=1) as pool:
+                        self._start(b, pool)
+                        for item in self._finish(b):
+                            yield item
+        finally:
+            if current is not None:
+                current.release()
+            with lock:
+                state["stop"] = True
+                lock.notify_all()
+            th.join()
+            with lock:
+                for kind, _t, val in q:
+                    if kind == "lease":
+                        val.release()
+                q.clear()
+
+    def run(self):
+        try:
+            gen = self._copy() if self.mode == "copy" else self._borrow()
+            for item in gen:
+                yield item
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+            if self.own_mount:
+                self.mount.close()
+
+
+def iter_weights(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
+                 window_bytes=None, progress=False):
+    """Yields (name, tensor) for every tensor of a mount, in checkpoint order.
+
+    device: None/"auto" (the mount's own staging device: the GPU of its CUDA
+    ring when torch can use it, else the host), "cpu", "cuda" or "cuda:N";
+    gpu-placed tensors go there, cpu-placed ones stay in host memory. mode:
+    "copy" (owned tensors; None reads INSTANTTENSOR_COPY) or "borrow" (a
+    gpu-placed tensor is a view of the ring, valid until the next item is
+    asked for). window_bytes (default 1 GiB) bounds what is in flight ahead
+    of the consumer. progress=True draws a bar on a terminal's stderr.
+    Without torch the values are PlacedTensor objects.
+    """
+    return _Stream(mountpoint, device, mode, workers, timeout_ns, window_bytes,
+                   progress).run()
