@@ -122,9 +122,12 @@ class _ShmDest:
         else:
             raise OSError(_errno.EEXIST, "cannot create a unique shm name in /dev/shm")
         try:
-            # Reserve the pages now: a full /dev/shm is then ENOSPC here, not
-            # a SIGBUS when this process reads its own mapping later.
-            os.posix_fallocate(fd, 0, self.size)  # size >= one page
+            # Sparse: the daemon allocates the pages as it writes them, on its
+            # reader threads and in parallel (reserving them here first was one
+            # serial pass over every page). A full /dev/shm is then an errno of
+            # the stage (ENOSPC), and this process reads only pages the daemon
+            # wrote: a load that failed is never looked at, so no SIGBUS.
+            os.ftruncate(fd, self.size)
             self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED,
                                 mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:

@@ -3,12 +3,13 @@
 
 The shape model loaders consume (vLLM's `weights_iterator`, transformers'
 `load_state_dict` loops): `for name, tensor in iter_weights(mnt): ...`.
-Memory in flight is bounded: at most `window_bytes` of tensors are being
-staged or read ahead of the consumer.
+Memory in flight is bounded: at most `window_bytes` (default 2 GiB) of
+tensors are being staged or read ahead of the consumer (one tensor larger
+than that is read alone).
 
 mode "copy" (the default, INSTANTTENSOR_COPY=1 or unset): every yielded
 tensor is owned by the consumer. Consecutive tensors are gathered into
-batches of at most window_bytes / 2 (a larger tensor is a batch alone); a
+batches of at most window_bytes / 4 (a larger tensor is a batch alone); a
 batch is one destination, a CUDA allocation for gpu-placed tensors on a
 CUDA mount, else a shm object, filled by the daemon (STAGE copy through the
 ring for gpu-placed tensors, STAGE_READ by its reader threads for
@@ -36,7 +37,7 @@ from .loader import (PlacedTensor, _align, _parse_device, _read_into, _ShmDest,
                      copy_mode_from_env)
 from .mount import Mount
 
-DEFAULT_WINDOW = 1 << 30
+DEFAULT_WINDOW = 2 << 30
 
 
 class _Batch:
@@ -135,7 +136,9 @@ class _Stream:
         return "shm-read"
 
     def _batches(self):
-        cap = max(1, self.window // 2)
+        # Several batches fit the window, so that gpu-placed batches are staged
+        # while a large cpu-placed tensor before them is still being read.
+        cap = max(1, self.window // 4)
         cur, kind, size = [], None, 0
         for t in self.mount.tensors:
             k = self._kind(t)
@@ -361,7 +364,7 @@ def iter_weights(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
     gpu-placed tensors go there, cpu-placed ones stay in host memory. mode:
     "copy" (owned tensors; None reads INSTANTTENSOR_COPY) or "borrow" (a
     gpu-placed tensor is a view of the ring, valid until the next item is
-    asked for). window_bytes (default 1 GiB) bounds what is in flight ahead
+    asked for). window_bytes (default 2 GiB) bounds what is in flight ahead
     of the consumer. progress=True draws a bar on a terminal's stderr.
     Without torch the values are PlacedTensor objects.
     """

@@ -17,8 +17,11 @@
 #     zero-copy (staging.zero_copy.registered_bytes), and VmLck/VmPin;
 #   - with --verify (default: the first configuration of each zero_copy
 #     value), a third pass with --verify: every byte compared with read().
-# Then load_state_dict(mnt, device="cuda:0") on a fresh mount made by a
-# process that already has CUDA, once per --loader configuration.
+# Then, per --loader configuration, tests/bench/oneshot.py in a process that
+# already has CUDA, each on a fresh mount: load_state_dict(device="cuda:0"),
+# iter_weights(device="cuda:0"), and the cpu-placed tensors by STAGE_READ
+# against a parallel pread() of the same bytes ($ONESHOT picks among
+# load,iter,cpu).
 # The pinned host-to-device ceiling (tests/bench/gpu-ref.py) is measured in
 # the same run; every GB/s is printed with its ratio to it.
 #
@@ -181,36 +184,17 @@ for c in $loader; do
 	hb=$(printf '%s' "$c" | cut -d: -f3)
 	opts=$(mount_opts "$limit" "$zc" "$hb")
 	mkdir -p "$mnt"
-	line=$(python3 - "$top/python" "$PLACEFS" "$opts" "$src" "$mnt" <<'PY'
-import os, subprocess, sys, time
-sys.path.insert(0, sys.argv[1])
-import torch, placefs
-placefs_bin, opts, src, mnt = sys.argv[2:6]
-torch.empty(1, device="cuda:0")
-torch.cuda.synchronize()
-t0 = time.perf_counter()
-subprocess.run([placefs_bin, "-o", opts, src, mnt], check=True)
-t1 = time.perf_counter()
-while True:
-    try:
-        open(os.path.join(mnt, ".placefs", "stats")).close()
-        break
-    except OSError:
-        time.sleep(0.001)
-t2 = time.perf_counter()
-sd = placefs.load_state_dict(mnt, device="cuda:0", mode="copy")
-torch.cuda.synchronize()
-t3 = time.perf_counter()
-gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
-cb = sum(t.numel() * t.element_size() for t in sd.values() if not t.is_cuda)
-print("load_state_dict copy, fresh mount: %d gpu + %d cpu bytes in %.3f s after the mount "
-      "returned (mount %.3f s): %.2f GB/s" % (gb, cb, t3 - t1, t1 - t0, (gb + cb) / (t3 - t1) / 1e9))
-PY
-)
-	fusermount3 -u "$mnt"
-	say "loader $c: $line"
+	lines=$(PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$top/tests/bench/oneshot.py" \
+		"$PLACEFS" "$opts" "$src" "$mnt" --what "${ONESHOT:-load,iter,cpu}") ||
+		{ echo "bench: oneshot.py failed for $c" >&2; exit 1; }
+	printf '%s\n' "$lines" | while IFS= read -r l; do say "loader $c: $l"; done
+	line=$(printf '%s\n' "$lines" | grep '^load:')
+	iline=$(printf '%s\n' "$lines" | grep '^iter:')
+	cline=$(printf '%s\n' "$lines" | grep '^cpu:')
+	ig=$(printf '%s\n' "$iline" | gbps_of)
+	cr=$(printf '%s\n' "$cline" | sed -n 's/.* \([0-9.]*\) x the reference.*/\1/p')
 	lg=$(printf '%s\n' "$line" | gbps_of)
-	printf '%s|%s|%s|%s\n' "$limit" "$zc" "$hb" "$lg" >>"$bench_work/lrows"
+	printf '%s|%s|%s|%s|%s|%s\n' "$limit" "$zc" "$hb" "$lg" "${ig:--}" "${cr:--}" >>"$bench_work/lrows"
 done
 
 say ""
@@ -223,8 +207,8 @@ while IFS='|' read -r l z h ch n fg fr sg sr mt ft pm rs v; do
 		"$l" "$z" "$h" "$ch" "$n" "$fg" "$fr" "$sg" "$sr" "$mt" "$ft" "$pm" "$rs" "$v")"
 done <"$bench_work/rows"
 if [ -s "$bench_work/lrows" ]; then
-	while IFS='|' read -r l z h g; do
-		say "load_state_dict copy, fresh mount, limit $l zc $z hbuf $h: $g GB/s, $(ratio "$g" "$ceil_g") x ceiling"
+	while IFS='|' read -r l z h g ig cr; do
+		say "one-shot, fresh mount, limit $l zc $z hbuf $h: load_state_dict $g GB/s ($(ratio "$g" "$ceil_g") x ceiling), iter_weights $ig GB/s ($(ratio "$ig" "$ceil_g") x), cpu-placed by STAGE_READ $cr x parallel pread"
 	done <"$bench_work/lrows"
 fi
 say "(mntms: mount command; 1stms: mount returned -> first tensor staged (borrow, one norm, incl."

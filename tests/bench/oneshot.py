@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: MIT
+"""One-shot loads on fresh mounts (issue #13), for tests/bench/first-pass.sh.
+
+    python3 oneshot.py PLACEFS OPTS SOURCE MNT [--what load,iter,cpu] [--device cuda:0]
+
+Each measurement mounts SOURCE on MNT afresh (placefs -o OPTS), in this
+process which already has CUDA, times from the return of the mount command
+to the last tensor in place, and unmounts:
+
+  load   placefs.load(mnt, device, mode="copy"): every gpu-placed tensor on the
+         device, every cpu-placed one in host memory (the report's split too)
+  iter   placefs.iter_weights(mnt, device, mode="copy"), each tensor touched
+         (torch.cuda.synchronize at the end)
+  cpu    the cpu-placed tensors alone: STAGE_READ by the daemon (as load() does)
+         against the reference, a parallel pread() of the same byte ranges
+         straight from the shard files (8 threads, 8 MiB pieces) into one
+         buffer; both fresh (the reference runs before the mount)
+
+One line per measurement: "NAME: ... GB/s".
+"""
+import json
+import mmap
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+
+def mount(placefs_bin, opts, src, mnt):
+    t0 = time.perf_counter()
+    subprocess.run([placefs_bin, "-o", opts, src, mnt], check=True)
+    t1 = time.perf_counter()
+    while True:
+        try:
+            open(os.path.join(mnt, ".placefs", "stats")).close()
+            break
+        except OSError:
+            time.sleep(0.001)
+    return t1, t1 - t0
+
+
+def umount(mnt):
+    subprocess.run(["fusermount3", "-u", mnt], check=True)
+
+
+def shard_ranges(src, names):
+    """(path, offset, nbytes) of each named tensor, from the shards' headers."""
+    files = [os.path.join(src, f) for f in sorted(os.listdir(src)) if f.endswith(".safetensors")] \
+        if os.path.isdir(src) else [src]
+    out = {}
+    for p in files:
+        with open(p, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            hdr = json.loads(f.read(n))
+        for k, v in hdr.items():
+            if k != "__metadata__" and k in names:
+                a, b = v["data_offsets"]
+                out[k] = (p, 8 + n + a, b - a)
+    return [out[k] for k in names]
+
+
+def pread_reference(ranges, threads=8, piece=8 << 20):
+    total = sum(r[2] for r in ranges)
+    buf = mmap.mmap(-1, max(total, 1))
+    mv = memoryview(buf)
+    work, pos = [], 0
+    for p, off, n in ranges:
+        for k in range(0, n, piece):
+            work.append((p, off + k, min(piece, n - k), pos + k))
+        pos += n
+    fds = {p: os.open(p, os.O_RDONLY) for p, _, _ in ranges}
+    lock = threading.Lock()
+    it = iter(work)
+
+    def run():
+        while True:
+            with lock:
+                w = next(it, None)
+            if w is None:
+                return
+            p, off, n, dst = w
+            got = os.preadv(fds[p], [mv[dst:dst + n]], off)
+            if got != n:
+                raise OSError("short read")
+
+    t0 = time.perf_counter()
+    ths = [threading.Thread(target=run) for _ in range(threads)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    dt = time.perf_counter() - t0
+    for fd in fds.values():
+        os.close(fd)
+    mv.release()
+    buf.close()
+    return total, dt
+
+
+def main():
+    placefs_bin, opts, src, mnt = sys.argv[1:5]
+    what = ["load", "iter", "cpu"]
+    device = "cuda:0"
+    args = sys.argv[5:]
+    while args:
+        if args[0] == "--what":
+            what = args[1].split(",")
+        elif args[0] == "--device":
+            device = args[1]
+        else:
+            sys.exit("usage: oneshot.py PLACEFS OPTS SOURCE MNT [--what load,iter,cpu] "
+                     "[--device D]")
+        args = args[2:]
+    import torch
+    import placefs
+    torch.empty(1, device=device)
+    torch.cuda.synchronize()
+    for w in what:
+        if w == "load":
+            t1, mt = mount(placefs_bin, opts, src, mnt)
+            sd, rep = placefs.load(mnt, device=device, mode="copy")
+            torch.cuda.synchronize()
+            t3 = time.perf_counter()
+            gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
+            cb = sum(t.numel() * t.element_size() for t in sd.values() if not t.is_cuda)
+            del sd
+            umount(mnt)
+            print("load: load_state_dict copy, fresh mount: %d gpu + %d cpu bytes in %.3f s "
+                  "after the mount returned (mount %.3f s; gpu part %.3f s, cpu part %.3f s "
+                  "beside it): %.2f GB/s" % (gb, cb, t3 - t1, mt, rep.seconds["gpu"],
+                                             rep.seconds["cpu"], (gb + cb) / (t3 - t1) / 1e9))
+        elif w == "iter":
+            t1, mt = mount(placefs_bin, opts, src, mnt)
+            n = nb = 0
+            keep = []
+            for name, t in placefs.iter_weights(mnt, device=device, mode="copy"):
+                n += 1
+                nb += t.numel() * t.element_size()
+                keep.append(t)
+            torch.cuda.synchronize()
+            t3 = time.perf_counter()
+            del keep
+            umount(mnt)
+            print("iter: iter_weights copy, fresh mount: %d tensors, %d bytes in %.3f s after "
+                  "the mount returned: %.2f GB/s" % (n, nb, t3 - t1, nb / (t3 - t1) / 1e9))
+        elif w == "cpu":
+            t1, mt = mount(placefs_bin, opts, src, mnt)
+            m = placefs.Mount(mnt)
+            cpu = [t for t in m.tensors if t.placement == "cpu" and t.nbytes]
+            m.close()
+            umount(mnt)
+            if not cpu:
+                print("cpu: no cpu-placed tensors with this limit")
+                continue
+            ranges = shard_ranges(src, [t.name for t in cpu])
+            total, dt = pread_reference(ranges)
+            ref = total / dt / 1e9
+            t1, mt = mount(placefs_bin, opts, src, mnt)
+            ld = placefs.loader._Loader(mnt, "cpu", "copy", 4, 0)
+            from concurrent.futures import ThreadPoolExecutor
+            ts = [ld.mount.tensor(t.name) for t in cpu]
+            t2 = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                ld._load_cpu(ts, pool)
+            dt2 = time.perf_counter() - t2
+            ld.mount.close()
+            ld.raw.clear()
+            ld.out.clear()
+            umount(mnt)
+            got = total / dt2 / 1e9
+            print("cpu: %d cpu-placed tensors, %d bytes: STAGE_READ into shm (fresh mount) "
+                  "%.2f GB/s; parallel pread reference (8 threads, 8 MiB) %.2f GB/s; "
+                  "%.2f x the reference" % (len(cpu), total, got, ref, got / ref))
+        elif w == "verify":
+            # Not timed: every tensor of load() and of iter_weights (copy and borrow)
+            # equals what safetensors reads from the shards.
+            from safetensors import safe_open
+            ref = {}
+            files = [os.path.join(src, f) for f in sorted(os.listdir(src))
+                     if f.endswith(".safetensors")] if os.path.isdir(src) else [src]
+            for p in files:
+                with safe_open(p, framework="pt") as f:
+                    for k in f.keys():
+                        ref[k] = p
+            handles = {p: safe_open(p, framework="pt") for p in set(ref.values())}
+            _, _ = mount(placefs_bin, opts, src, mnt)
+            sd = placefs.load_state_dict(mnt, device=device, mode="copy")
+            bad = [k for k, v in sd.items()
+                   if not torch.equal(v.cpu(), handles[ref[k]].get_tensor(k))]
+            places = {k: str(v.device) for k, v in sd.items()}
+            del sd
+            for mode in ("copy", "borrow"):
+                names = []
+                for k, v in placefs.iter_weights(mnt, device=device, mode=mode):
+                    names.append(k)
+                    if str(v.device) != places[k] or \
+                            not torch.equal(v.cpu(), handles[ref[k]].get_tensor(k)):
+                        bad.append("iter_weights/%s:%s" % (mode, k))
+                if names != list(places):
+                    bad.append("iter_weights/%s: order" % mode)
+            umount(mnt)
+            ndev = sum(1 for d in places.values() if d.startswith("cuda"))
+            print("verify: load_state_dict and iter_weights (copy, borrow): %d tensors (%d on "
+                  "%s, %d on cpu) %s" % (len(places), ndev, device, len(places) - ndev,
+                                          "all equal to safetensors" if not bad else
+                                          "MISMATCH: %r" % bad[:5]))
+            if bad:
+                sys.exit(1)
+        else:
+            sys.exit("oneshot.py: unknown measurement %r" % w)
+
+
+if __name__ == "__main__":
+    main()
