@@ -52,6 +52,8 @@ struct opts {
 	int quiet;
 	int have_llama;
 	uint64_t llama[4]; /* layers, hidden, intermediate, vocab */
+	int have_moe;
+	uint64_t moe[5]; /* layers, hidden, experts, expert intermediate, vocab */
 	char **tensor_args;
 	size_t ntensor_args;
 	char **meta; /* key/value pairs */
@@ -87,6 +89,10 @@ static void usage(FILE *f)
 	           "  --llama L:H:I:V       add a Llama-shaped bf16 model (layers, hidden,\n"
 	           "                        intermediate, vocab; L at most 100000, the others\n"
 	           "                        at most 4294967295)\n"
+	           "  --moe L:H:E:I:V       add a mixture-of-experts bf16 model: per layer\n"
+	           "                        attention, a router and E experts of three HxI\n"
+	           "                        matrices (L, E at most 100000, H, I, V at most\n"
+	           "                        4294967295)\n"
 	           "  --shards K            split into K shards of about equal bytes (default 1)\n"
 	           "  --index               write model.safetensors.index.json (directory output)\n"
 	           "  --metadata K=V        __metadata__ entry (repeatable; default format=pt)\n"
@@ -227,6 +233,63 @@ static int add_llama(struct specs *s, const uint64_t *l)
 		if (rc == 0)
 			rc = add_spec(s, xasprintf("%s%" PRIu64 ".mlp.down_proj.weight", p, i), bf,
 			              2, shape_of(2, H, I));
+		if (rc == 0)
+			rc = add_spec(s, xasprintf("%s%" PRIu64 ".input_layernorm.weight", p, i),
+			              bf, 1, shape_of(1, H));
+		if (rc == 0)
+			rc = add_spec(
+			        s, xasprintf("%s%" PRIu64 ".post_attention_layernorm.weight", p, i),
+			        bf, 1, shape_of(1, H));
+	}
+	if (rc == 0)
+		rc = add_spec(s, xasprintf("model.norm.weight"), bf, 1, shape_of(1, H));
+	if (rc == 0)
+		rc = add_spec(s, xasprintf("lm_head.weight"), bf, 2, shape_of(2, V, H));
+	return rc;
+}
+
+/*
+ * A mixture-of-experts model in the layout of Qwen-MoE / Mixtral checkpoints
+ * on the Hugging Face hub: per layer q/k/v/o projections (HxH), two norms, a
+ * router (ExH) and E experts of gate/up (IxH) and down (HxI) projections.
+ */
+static int add_moe(struct specs *s, const uint64_t *m)
+{
+	static const char *const attn[] = {"q", "k", "v", "o"};
+	const uint64_t L = m[0], H = m[1], E = m[2], I = m[3], V = m[4];
+	const enum placefs_dtype bf = PLACEFS_DT_BF16;
+	const char *p = "model.layers.";
+	int rc;
+
+	rc = add_spec(s, xasprintf("model.embed_tokens.weight"), bf, 2, shape_of(2, V, H));
+	for (uint64_t i = 0; rc == 0 && i < L; i++) {
+		for (int a = 0; rc == 0 && a < 4; a++)
+			rc = add_spec(
+			        s,
+			        xasprintf("%s%" PRIu64 ".self_attn.%s_proj.weight", p, i, attn[a]),
+			        bf, 2, shape_of(2, H, H));
+		if (rc == 0)
+			rc = add_spec(s, xasprintf("%s%" PRIu64 ".mlp.gate.weight", p, i), bf, 2,
+			              shape_of(2, E, H));
+		for (uint64_t x = 0; rc == 0 && x < E; x++) {
+			rc = add_spec(s,
+			              xasprintf("%s%" PRIu64 ".mlp.experts.%" PRIu64
+			                        ".gate_proj.weight",
+			                        p, i, x),
+			              bf, 2, shape_of(2, I, H));
+			if (rc == 0)
+				rc = add_spec(s,
+				              xasprintf("%s%" PRIu64 ".mlp.experts.%" PRIu64
+				                        ".up_proj.weight",
+				                        p, i, x),
+				              bf, 2, shape_of(2, I, H));
+			if (rc == 0)
+				rc = add_spec(s,
+				              xasprintf("%s%" PRIu64 ".mlp.experts.%" PRIu64
+				                        ".down_proj.weight",
+				                        p, i, x),
+				              bf, 2, shape_of(2, H, I));
+		}
 		if (rc == 0)
 			rc = add_spec(s, xasprintf("%s%" PRIu64 ".input_layernorm.weight", p, i),
 			              bf, 1, shape_of(1, H));
@@ -605,6 +668,7 @@ enum {
 	OPT_RANDOM,
 	OPT_MAX_BYTES,
 	OPT_LLAMA,
+	OPT_MOE,
 	OPT_SHARDS,
 	OPT_INDEX,
 	OPT_METADATA,
@@ -616,6 +680,7 @@ static const struct option long_opts[] = {
         {"random", required_argument, NULL, OPT_RANDOM},
         {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
         {"llama", required_argument, NULL, OPT_LLAMA},
+        {"moe", required_argument, NULL, OPT_MOE},
         {"shards", required_argument, NULL, OPT_SHARDS},
         {"index", no_argument, NULL, OPT_INDEX},
         {"metadata", required_argument, NULL, OPT_METADATA},
@@ -657,6 +722,41 @@ static int parse_count_max(const char *opt, const char *arg, uint64_t max, uint6
 		return -EINVAL;
 	if (*out > max) {
 		die_msg("%s: %s is more than the limit of %" PRIu64, opt, arg, max);
+		return -ERANGE;
+	}
+	return 0;
+}
+
+/*
+ * --moe L:H:E:I:V: five integers; L and E count tensors (at most
+ * LLAMA_L_MAX each, and L * E * 3 at most RANDOM_MAX), the others are
+ * dimensions.
+ */
+static int parse_moe(const char *arg, uint64_t *v)
+{
+	static const char *const what[] = {"L (layers)", "H", "E (experts)", "I", "V"};
+	const char *p = arg;
+	uint64_t n;
+
+	for (int i = 0; i < 5; i++) {
+		const char *e = strchr(p, ':');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		uint64_t max = (i == 0 || i == 2) ? LLAMA_L_MAX : LLAMA_DIM_MAX;
+
+		if ((i < 4) != (e != NULL) || parse_u64(p, len, &v[i]) != 0) {
+			die_msg("--moe %s: expected L:H:E:I:V (five non-negative integers)", arg);
+			return -EINVAL;
+		}
+		if (v[i] > max) {
+			die_msg("--moe %s: %s is more than the limit of %llu", arg, what[i],
+			        (unsigned long long)max);
+			return -ERANGE;
+		}
+		p += len + 1;
+	}
+	if (__builtin_mul_overflow(v[0], v[2], &n) || n > RANDOM_MAX / 3) {
+		die_msg("--moe %s: L x E x 3 expert tensors is more than %llu", arg,
+		        (unsigned long long)RANDOM_MAX);
 		return -ERANGE;
 	}
 	return 0;
@@ -718,6 +818,11 @@ static int parse_args(int argc, char **argv, struct opts *o, int *done)
 				        optarg, MAX_BYTES_MAX);
 				return EXIT_USAGE;
 			}
+			break;
+		case OPT_MOE:
+			if (parse_moe(optarg, o->moe))
+				return EXIT_USAGE;
+			o->have_moe = 1;
 			break;
 		case OPT_LLAMA:
 			if (parse_llama(optarg, o->llama))
@@ -799,6 +904,10 @@ int main(int argc, char **argv)
 		goto out;
 	/* Bad tensor specs are usage errors; failures after this point are not. */
 	if (o.have_llama && add_llama(&s, o.llama) != 0) {
+		status = EXIT_USAGE;
+		goto out;
+	}
+	if (o.have_moe && add_moe(&s, o.moe) != 0) {
 		status = EXIT_USAGE;
 		goto out;
 	}
