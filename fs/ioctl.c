@@ -83,11 +83,38 @@ struct sreq {
 	struct placefs_ioc_stage io;
 };
 
+/* One STAGE_BATCH request while it runs: its entries go to the batch pool. */
+struct bjob {
+	struct sreq r; /* cancel flag, the in-flight list, the caller's ids */
+	gid_t gid;
+	struct placefs_ioc_stage_batch *io; /* in and out */
+	int dfd;                            /* read mode: the destination shm object */
+	unsigned next;                      /* the next entry to run (fs->block) */
+	unsigned inflight;                  /* entries running (fs->block) */
+	unsigned done;                      /* entries that succeeded (fs->block) */
+	pthread_cond_t ended;               /* inflight reached 0 with no entry left */
+	struct bjob *next_job;
+};
+
+/* Threads that run batch entries besides the request's own: online CPUs in [2, 8]. */
+#define BATCH_THREADS 8
+
 /* The staging glue of one mount. */
 struct placefs_ioctl {
 	struct placefs_mount *m;
 	struct placefs_stager *st;   /* NULL: staging disabled */
 	struct placefs_filler *fill; /* READ mode: shard -> caller's shm, no ring */
+
+	/* The batch pool (STAGE_BATCH): its threads run entries of the oldest job. */
+	pthread_mutex_t block;
+	pthread_cond_t bwork;
+	struct bjob *bjobs;
+	bool bstop;
+	unsigned nbthreads, nbwant;
+	pthread_t bthreads[BATCH_THREADS];
+	atomic_uint_fast64_t batches;       /* STAGE_BATCH requests answered */
+	atomic_uint_fast64_t batch_entries; /* their entries */
+	atomic_uint_fast64_t batch_failed;  /* entries that failed */
 	struct placefs_backend_info info;
 	uint64_t align;
 	char device[160];    /* for the log and stats: "none", "host (/placefs-1-0)", ... */
@@ -189,7 +216,8 @@ static void on_interrupt(fuse_req_t req, void *data)
 
 	(void)req;
 	__atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
-	placefs_stager_wake(r->fs->st);
+	if (r->fs->st) /* a read-mode request on a mount without staging */
+		placefs_stager_wake(r->fs->st);
 }
 
 /* Ends every wait and refuses new stages: the session is ending. */
@@ -688,11 +716,38 @@ static int bad(char *why, size_t len, const char *fmt, ...)
 	return EINVAL;
 }
 
-/* Every field of a STAGE request; 0 or the errno, with a message. */
-static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
+/* The destination of a copy- or read-mode request (STAGE or STAGE_BATCH). */
+static int check_dest(uint32_t mode, uint32_t kind, uint32_t hbytes, const uint8_t *handle,
+                      char *why, size_t len)
 {
 	struct placefs_error err;
 
+	if (mode == PLACEFS_IOC_STAGE_READ && kind != PLACEFS_IOC_HANDLE_HOST_SHM)
+		return bad(why, len,
+		           "read mode takes a host shm destination (kind %d), not kind %u",
+		           PLACEFS_IOC_HANDLE_HOST_SHM, kind);
+	switch (kind) {
+	case PLACEFS_IOC_HANDLE_CUDA_IPC:
+		if (hbytes != PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES)
+			return bad(why, len, "a CUDA IPC handle is %d bytes, not %u",
+			           PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES, hbytes);
+		break;
+	case PLACEFS_IOC_HANDLE_HOST_SHM:
+		placefs_error_clear(&err);
+		if (placefs_backend_shm_name_check(handle, hbytes, &err) < 0)
+			return bad(why, len, "%s", err.msg);
+		break;
+	default: return bad(why, len, "unknown destination kind %u", kind);
+	}
+	if (hbytes < PLACEFS_IOC_HANDLE_MAX &&
+	    !all_zero(handle + hbytes, PLACEFS_IOC_HANDLE_MAX - hbytes))
+		return bad(why, len, "bytes after the destination handle are not zero");
+	return 0;
+}
+
+/* Every field of a STAGE request; 0 or the errno, with a message. */
+static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
+{
 	if (s->version != PLACEFS_IOC_VERSION)
 		return bad(why, len, "version %u, expected %u", s->version, PLACEFS_IOC_VERSION);
 	if (s->size != sizeof(*s))
@@ -710,31 +765,10 @@ static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 			return bad(why, len, "borrow mode takes no destination");
 		return 0;
 	}
-	if (s->mode == PLACEFS_IOC_STAGE_READ && s->dest_kind != PLACEFS_IOC_HANDLE_HOST_SHM)
-		return bad(why, len,
-		           "read mode takes a host shm destination (kind %d), not kind %u",
-		           PLACEFS_IOC_HANDLE_HOST_SHM, s->dest_kind);
-	switch (s->dest_kind) {
-	case PLACEFS_IOC_HANDLE_CUDA_IPC:
-		if (s->dest_handle_bytes != PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES)
-			return bad(why, len, "a CUDA IPC handle is %d bytes, not %u",
-			           PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES, s->dest_handle_bytes);
-		break;
-	case PLACEFS_IOC_HANDLE_HOST_SHM:
-		placefs_error_clear(&err);
-		if (placefs_backend_shm_name_check(s->dest_handle, s->dest_handle_bytes, &err) < 0)
-			return bad(why, len, "%s", err.msg);
-		break;
-	default: return bad(why, len, "unknown destination kind %u", s->dest_kind);
-	}
-	if (s->dest_handle_bytes < PLACEFS_IOC_HANDLE_MAX &&
-	    !all_zero(s->dest_handle + s->dest_handle_bytes,
-	              PLACEFS_IOC_HANDLE_MAX - s->dest_handle_bytes))
-		return bad(why, len, "bytes after the destination handle are not zero");
 	if (s->dest_offset > s->dest_size)
 		return bad(why, len, "dest_offset %llu is past dest_size %llu",
 		           (unsigned long long)s->dest_offset, (unsigned long long)s->dest_size);
-	return 0;
+	return check_dest(s->mode, s->dest_kind, s->dest_handle_bytes, s->dest_handle, why, len);
 }
 
 static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint64_t fh,
@@ -901,6 +935,307 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 	refuse(req, fs, rc, "'%s': not staged: no thread to wait on (%s)", e->fname, strerror(rc));
 }
 
+/* ---- STAGE_BATCH ------------------------------------------------------------------- */
+
+/* Every field of a STAGE_BATCH request; 0 or the errno, with a message. */
+static int check_batch(const struct placefs_ioc_stage_batch *b, char *why, size_t len)
+{
+	unsigned i;
+
+	if (b->version != PLACEFS_IOC_VERSION)
+		return bad(why, len, "version %u, expected %u", b->version, PLACEFS_IOC_VERSION);
+	if (b->size != sizeof(*b))
+		return bad(why, len, "size field %u, expected %zu", b->size, sizeof(*b));
+	if (b->mode != PLACEFS_IOC_STAGE_COPY && b->mode != PLACEFS_IOC_STAGE_READ)
+		return bad(why, len, "batch mode %u: copy (%d) or read (%d) only", b->mode,
+		           PLACEFS_IOC_STAGE_COPY, PLACEFS_IOC_STAGE_READ);
+	if (b->count == 0 || b->count > PLACEFS_IOC_BATCH_MAX)
+		return bad(why, len, "count %u, expected 1 to %d", b->count, PLACEFS_IOC_BATCH_MAX);
+	if (b->total_ns || b->done || b->pad0 || !all_zero(b->reserved, sizeof(b->reserved)))
+		return bad(why, len, "a reserved or out field is not zero");
+	for (i = 0; i < b->count; i++)
+		if (b->entries[i].nbytes || b->entries[i].error || b->entries[i].out_flags)
+			return bad(why, len, "entry %u: an out field is not zero", i);
+	if (!all_zero(&b->entries[b->count],
+	              (PLACEFS_IOC_BATCH_MAX - b->count) * sizeof(b->entries[0])))
+		return bad(why, len, "entries after the first %u are not zero", b->count);
+	return check_dest(b->mode, b->dest_kind, b->dest_handle_bytes, b->dest_handle, why, len);
+}
+
+/* fs->block held: j hands out no more entries. */
+static void batch_unqueue(struct placefs_ioctl *fs, struct bjob *j)
+{
+	struct bjob **pp;
+
+	for (pp = &fs->bjobs; *pp; pp = &(*pp)->next_job)
+		if (*pp == j) {
+			*pp = j->next_job;
+			j->next_job = NULL;
+			return;
+		}
+}
+
+/* Entry i of j: 0 or a negative errno with a message. */
+static int batch_entry(struct bjob *j, unsigned i, struct placefs_error *err)
+{
+	struct placefs_ioctl *fs = j->r.fs;
+	struct placefs_mount *m = fs->m;
+	struct placefs_ioc_stage_batch *io = j->io;
+	struct placefs_ioc_batch_entry *e = &io->entries[i];
+	const struct placefs_plan_entry *pe;
+	const struct placefs_tensor *t;
+	struct placefs_stage_opts o = {0};
+	struct placefs_stage_span span;
+	struct placefs_dest dest;
+	struct timespec dl;
+	const struct timespec *dlp = NULL;
+	uint64_t end, need = 0;
+	int fd, rc;
+
+	if (e->tensor >= placefs_plan_count(m->plan))
+		return placefs_error_set(err, -ERANGE, PLACEFS_E_USAGE,
+		                         "entry %u: tensor index %llu, the plan has %zu tensors", i,
+		                         (unsigned long long)e->tensor,
+		                         placefs_plan_count(m->plan));
+	pe = placefs_plan_entry(m->plan, (size_t)e->tensor);
+	t = pe->tensor;
+	e->nbytes = t->nbytes;
+	if (__builtin_add_overflow(e->dest_offset, t->nbytes, &end) || end > io->dest_size)
+		return placefs_error_set(
+		        err, -EINVAL, PLACEFS_E_USAGE,
+		        "tensor \"%s\" (%llu bytes) does not fit at dest_offset %llu "
+		        "of dest_size %llu",
+		        t->name, (unsigned long long)t->nbytes, (unsigned long long)e->dest_offset,
+		        (unsigned long long)io->dest_size);
+	if (io->mode == PLACEFS_IOC_STAGE_COPY &&
+	    (pe->placement == PLACEFS_PLACE_CPU || t->nbytes > fs->info.ring_bytes))
+		return placefs_error_set(
+		        err, -EFBIG, PLACEFS_E_USAGE,
+		        "tensor \"%s\" (%llu bytes) is placed on the %s and is not "
+		        "staged (ring %llu bytes); read mode reads it",
+		        t->name, (unsigned long long)t->nbytes,
+		        placefs_placement_name(pe->placement),
+		        (unsigned long long)fs->info.ring_bytes);
+	if (j->r.uid != 0 && t->shard < fs->nperms &&
+	    !perm_reads(&fs->perms[t->shard], j->r.uid, j->gid))
+		return placefs_error_set(err, -EACCES, PLACEFS_E_USAGE,
+		                         "uid %u may not read the shard of tensor \"%s\"",
+		                         (unsigned)j->r.uid, t->name);
+	rc = placefs_mount_shard_ok(m, t->shard);
+	if (rc < 0)
+		return placefs_error_set(err, rc, PLACEFS_E_IO,
+		                         "tensor \"%s\": its shard is not as it was at mount (%s)",
+		                         t->name, strerror(-rc));
+	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
+		dl = placefs_clock_deadline(io->timeout_ns);
+		dlp = &dl;
+	} else if (!io->timeout_ns && fs->default_timeout_ns) {
+		dl = placefs_clock_deadline(fs->default_timeout_ns);
+		dlp = &dl;
+	}
+	fd = placefs_ckpt_shard(m->ckpt, t->shard)->fd;
+	if (io->mode == PLACEFS_IOC_STAGE_READ) {
+		struct placefs_fill_opts fo = {
+		        .deadline = dlp, .cancel = &j->r.cancel, .name = t->name};
+
+		return placefs_filler_copy(fs->fill, fd, t->offset, j->dfd, e->dest_offset,
+		                           t->nbytes, &fo, err);
+	}
+	if (capped(fs, j->r.uid)) {
+		struct user_use *u;
+
+		need = t->nbytes ? t->nbytes : 1;
+		if (fs->align > 1 && need % fs->align)
+			need += fs->align - need % fs->align;
+		pthread_mutex_lock(&fs->lock);
+		u = user_get(fs, j->r.uid);
+		if (u && u->bytes + need <= fs->share_bytes)
+			u->bytes += need;
+		else
+			rc = u ? -EBUSY : -ENOMEM;
+		pthread_mutex_unlock(&fs->lock);
+		if (rc)
+			return placefs_error_set(
+			        err, rc, PLACEFS_E_USAGE,
+			        "tensor \"%s\": uid %u holds its share of the ring "
+			        "(-o user_share=%u%%)",
+			        t->name, (unsigned)j->r.uid, m->opts->user_share);
+	}
+	memset(&dest, 0, sizeof(dest));
+	dest.kind = io->dest_kind;
+	dest.handle_bytes = io->dest_handle_bytes;
+	memcpy(dest.handle, io->dest_handle, sizeof(dest.handle));
+	dest.offset = e->dest_offset;
+	dest.size = io->dest_size;
+	dest.check_uid = 1;
+	dest.uid = j->r.uid;
+	dest.pid = j->r.pid;
+	o.key = e->tensor + 1;
+	o.owner = j->r.fh;
+	o.deadline = dlp;
+	o.cancel = &j->r.cancel;
+	o.name = t->name;
+	rc = placefs_stager_stage_copy(fs->st, fd, t->offset, t->nbytes, &o, &dest, &span, err);
+	if (need)
+		share_put(fs, j->r.uid, need, false);
+	if (rc == 0) {
+		e->out_flags = span.prefetched ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
+		hint_after(fs, (size_t)e->tensor);
+	}
+	return rc;
+}
+
+/*
+ * fs->block held: runs one entry of `only` (or, for a pool thread, of the
+ * oldest queued job), dropping the lock meanwhile. False when there was none.
+ */
+static bool batch_step(struct placefs_ioctl *fs, struct bjob *only)
+{
+	struct bjob *j = only ? only : fs->bjobs;
+	struct placefs_error err;
+	unsigned i;
+	int rc;
+
+	if (!j || j->next >= j->io->count)
+		return false;
+	i = j->next++;
+	if (j->next >= j->io->count)
+		batch_unqueue(fs, j);
+	j->inflight++;
+	pthread_mutex_unlock(&fs->block);
+
+	placefs_error_clear(&err);
+	if (__atomic_load_n(&j->r.cancel, __ATOMIC_ACQUIRE))
+		rc = placefs_error_set(&err, -EINTR, PLACEFS_E_IO, "interrupted");
+	else
+		rc = batch_entry(j, i, &err);
+	j->io->entries[i].error = rc < 0 ? -rc : 0;
+	if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR) {
+		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
+		placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
+		                    "staging: batch %s, entry %u failed (%s): %s",
+		                    mode_name(j->io->mode), i, strerror(-rc), err.msg);
+	}
+
+	pthread_mutex_lock(&fs->block);
+	if (rc == 0)
+		j->done++;
+	if (--j->inflight == 0 && j->next >= j->io->count)
+		pthread_cond_broadcast(&j->ended);
+	return true;
+}
+
+static void *batch_main(void *arg)
+{
+	struct placefs_ioctl *fs = arg;
+
+	pthread_mutex_lock(&fs->block);
+	while (!fs->bstop)
+		if (!batch_step(fs, NULL))
+			pthread_cond_wait(&fs->bwork, &fs->block);
+	pthread_mutex_unlock(&fs->block);
+	return NULL;
+}
+
+static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
+                     const struct placefs_ioc_stage_batch *in)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct placefs_error err;
+	struct bjob j;
+	char why[256];
+	uint64_t t0 = placefs_clock_ns();
+	int rc;
+
+	rc = check_batch(in, why, sizeof(why));
+	if (rc) {
+		refuse(req, fs, rc, "bad batch request: %s", why);
+		return;
+	}
+	if (in->mode == PLACEFS_IOC_STAGE_COPY && !fs->st) {
+		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
+		fuse_reply_err(req, ENODEV);
+		return;
+	}
+	if (in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM && fs->st &&
+	    fs->info.handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+	    strcmp((const char *)in->dest_handle, (const char *)fs->info.handle) == 0) {
+		refuse(req, fs, EINVAL, "batch: the destination is the staging ring itself");
+		return;
+	}
+	/* On the worker itself, while enough stay free for RELEASE and INTERRUPT. */
+	if (atomic_fetch_add(&fs->inline_busy, 1) >= fs->inline_max) {
+		atomic_fetch_sub(&fs->inline_busy, 1);
+		atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
+		fuse_reply_err(req, EAGAIN);
+		return;
+	}
+	memset(&j, 0, sizeof(j));
+	j.r.fs = fs;
+	j.r.req = req;
+	j.r.fh = fh;
+	j.r.uid = ctx->uid;
+	j.r.pid = ctx->pid;
+	j.gid = ctx->gid;
+	j.dfd = -1;
+	j.io = malloc(sizeof(*j.io));
+	if (!j.io || pthread_cond_init(&j.ended, NULL) != 0) {
+		free(j.io);
+		atomic_fetch_sub(&fs->inline_busy, 1);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memcpy(j.io, in, sizeof(*j.io));
+	if (in->mode == PLACEFS_IOC_STAGE_READ) {
+		placefs_error_clear(&err);
+		j.dfd = placefs_fill_open_shm((const char *)in->dest_handle, 1, (unsigned)j.r.uid,
+		                              in->dest_size, &err);
+		if (j.dfd < 0) {
+			rc = -j.dfd;
+			goto out_reply_err;
+		}
+	}
+	inflight_add(fs, &j.r);
+	fuse_req_interrupt_func(req, on_interrupt, &j.r);
+	pthread_mutex_lock(&fs->block);
+	if (j.io->count > 1) {
+		struct bjob **pp = &fs->bjobs;
+
+		while (*pp)
+			pp = &(*pp)->next_job;
+		*pp = &j;
+		pthread_cond_broadcast(&fs->bwork);
+	}
+	while (batch_step(fs, &j))
+		;
+	while (j.inflight)
+		pthread_cond_wait(&j.ended, &fs->block);
+	batch_unqueue(fs, &j);
+	pthread_mutex_unlock(&fs->block);
+	fuse_req_interrupt_func(req, NULL, NULL);
+	inflight_del(fs, &j.r);
+
+	j.io->done = j.done;
+	j.io->total_ns = placefs_clock_ns() - t0;
+	atomic_fetch_add_explicit(&fs->batches, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&fs->batch_entries, j.io->count, memory_order_relaxed);
+	atomic_fetch_add_explicit(&fs->batch_failed, j.io->count - j.done, memory_order_relaxed);
+	fuse_reply_ioctl(req, 0, j.io, sizeof(*j.io));
+	rc = 0;
+out_reply_err:
+	if (rc) {
+		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
+		placefs_log_limited(&fs->loglim, LOG_WARNING, "staging: batch refused (%s): %s",
+		                    strerror(rc), err.msg);
+		fuse_reply_err(req, rc);
+	}
+	if (j.dfd >= 0)
+		close(j.dfd);
+	pthread_cond_destroy(&j.ended);
+	free(j.io);
+	atomic_fetch_sub(&fs->inline_busy, 1);
+}
+
 /* ---- RING_INFO, RELEASE ---------------------------------------------------------------- */
 
 static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *fname,
@@ -1005,6 +1340,10 @@ void placefs_ioctl_op(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *ar
 		size = sizeof(struct placefs_ioc_release);
 		out_size = 0;
 		break;
+	case _IOC_NR(PLACEFS_IOC_STAGE_BATCH):
+		want = PLACEFS_IOC_STAGE_BATCH;
+		size = out_size = sizeof(struct placefs_ioc_stage_batch);
+		break;
 	default: fuse_reply_err(req, ENOTTY); return;
 	}
 	/*
@@ -1037,6 +1376,14 @@ void placefs_ioctl_op(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *ar
 		do_stage(req, fs, node.entry, fi->fh, &s);
 		return;
 	}
+	case _IOC_NR(PLACEFS_IOC_STAGE_BATCH):
+		if (!fs) {
+			fuse_reply_err(req, ENODEV);
+			return;
+		}
+		/* in_buf is the request's own buffer: the batch runs on a copy. */
+		do_batch(req, fs, fi->fh, in_buf);
+		return;
 	default: {
 		struct placefs_ioc_release rel;
 
@@ -1112,16 +1459,39 @@ static const struct placefs_stat read_rows[] = {
         FILL("read.threads", threads),       FILL("read.piece_bytes", piece_bytes),
         FILL("read.tensors", copies),        FILL("read.bytes", bytes),
         FILL("read.errors", errors),         FILL("read.ns", ns),
-        FILL("read.spliced_bytes", spliced), FILL("read.bounced_bytes", bounced),
-        FILL("read.now", busy_copies),
+        FILL("read.mapped_bytes", mapped),   FILL("read.spliced_bytes", spliced),
+        FILL("read.bounced_bytes", bounced), FILL("read.now", busy_copies),
+};
+
+/* STAGE_BATCH, last. */
+struct batch_view {
+	uint64_t threads, requests, entries, failed;
+};
+
+#define BATCH(path, member) PLACEFS_STAT(path, U64, 0, struct batch_view, member)
+
+static const struct placefs_stat batch_rows[] = {
+        BATCH("batch.threads", threads),
+        BATCH("batch.requests", requests),
+        BATCH("batch.entries", entries),
+        BATCH("batch.failed", failed),
 };
 
 static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 {
 	struct placefs_fill_stats f;
+	struct batch_view b = {0};
 
 	placefs_filler_stats(fs ? fs->fill : NULL, &f);
 	placefs_stats_table(w, read_rows, PLACEFS_STATS_ROWS(read_rows), (const void *const[]){&f});
+	if (fs) {
+		b.threads = fs->nbthreads;
+		b.requests = atomic_load_explicit(&fs->batches, memory_order_relaxed);
+		b.entries = atomic_load_explicit(&fs->batch_entries, memory_order_relaxed);
+		b.failed = atomic_load_explicit(&fs->batch_failed, memory_order_relaxed);
+	}
+	placefs_stats_table(w, batch_rows, PLACEFS_STATS_ROWS(batch_rows),
+	                    (const void *const[]){&b});
 }
 
 void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
@@ -1193,6 +1563,10 @@ static int ioctl_init(struct placefs_ioctl *fs, struct placefs_mount *m)
 		goto fail_hint;
 	if (placefs_clock_cond_init(&fs->cond) != 0)
 		goto fail_cond;
+	if (pthread_mutex_init(&fs->block, NULL) != 0)
+		goto fail_block;
+	if (pthread_cond_init(&fs->bwork, NULL) != 0)
+		goto fail_bwork;
 	fs->gpu = malloc((n ? n : 1) * sizeof(*fs->gpu));
 	fs->gpu_pos = malloc((n ? n : 1) * sizeof(*fs->gpu_pos));
 	if (!fs->gpu || !fs->gpu_pos)
@@ -1220,6 +1594,10 @@ fail_alloc:
 	free(fs->gpu);
 	free(fs->gpu_pos);
 	free(fs->perms);
+	pthread_cond_destroy(&fs->bwork);
+fail_bwork:
+	pthread_mutex_destroy(&fs->block);
+fail_block:
 	pthread_cond_destroy(&fs->cond);
 fail_cond:
 	pthread_mutex_destroy(&fs->hint_lock);
@@ -1258,6 +1636,21 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 			placefs_ioctl_free(fs);
 			return rc;
 		}
+	}
+	{
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+
+		fs->nbwant = nc < 2 ? 2 : nc > BATCH_THREADS ? BATCH_THREADS : (unsigned)nc;
+	}
+	for (unsigned k = 0; k < fs->nbwant; k++) {
+		rc = -pthread_create(&fs->bthreads[k], NULL, batch_main, fs);
+		if (rc != 0) {
+			placefs_ioctl_free(fs);
+			return placefs_error_set(err, rc, PLACEFS_E_IO,
+			                         "staging: cannot start a batch thread: %s",
+			                         strerror(-rc));
+		}
+		fs->nbthreads++;
 	}
 	why[0] = '\0';
 	dev = choose_device(m->opts, why, sizeof(why));
@@ -1367,6 +1760,12 @@ void placefs_ioctl_free(struct placefs_ioctl *fs)
 	if (!fs)
 		return;
 	placefs_ioctl_shutdown(fs);
+	pthread_mutex_lock(&fs->block);
+	fs->bstop = true;
+	pthread_cond_broadcast(&fs->bwork);
+	pthread_mutex_unlock(&fs->block);
+	for (i = 0; i < fs->nbthreads; i++)
+		pthread_join(fs->bthreads[i], NULL);
 	placefs_log_limit_flush(&fs->loglim, "staging");
 	placefs_stager_free(fs->st);
 	placefs_filler_free(fs->fill);
@@ -1382,6 +1781,8 @@ void placefs_ioctl_free(struct placefs_ioctl *fs)
 	free(fs->perms);
 	free(fs->gpu);
 	free(fs->gpu_pos);
+	pthread_cond_destroy(&fs->bwork);
+	pthread_mutex_destroy(&fs->block);
 	pthread_cond_destroy(&fs->cond);
 	pthread_mutex_destroy(&fs->hint_lock);
 	pthread_mutex_destroy(&fs->lock);

@@ -267,6 +267,8 @@ wait_line hold.out '^held$' || fail "holder: $(cat hold.out)"
 grep -q '^lease ' hold.out || fail "holder got no lease: $(cat hold.out)"
 base=$(awk '/^Threads:/ { print $2 }' /proc/$DPID/status)
 io=$(stat_get "$MP" staging.io_threads)
+# The two fixed pools, whatever the load: read-mode readers and batch threads.
+pools=$(($(stat_get "$MP" staging.read.threads) + $(stat_get "$MP" staging.batch.threads)))
 rm -f stagers.out # wait_line must not see a previous client's line
 $H stagers "$MP/w.0" 200 20000000000 >stagers.out 2>&1 7>&- &
 STAGERS=$!
@@ -274,9 +276,9 @@ wait_line stagers.out '^started$' 20 || fail "stagers: $(cat stagers.out)"
 # Every stage that can wait is waiting once stage_threads_now reaches max_waiting.
 wait_stat "$MP" staging.stage_threads_now 16 10
 peak=$(awk '/^Threads:/ { print $2 }' /proc/$DPID/status)
-bound=$((16 + 16 + io + 4))
+bound=$((16 + 16 + io + pools + 4))
 [ "$peak" -le "$bound" ] ||
-	fail "$peak daemon threads with 200 blocked stages (bound $bound: 16 workers + 16 waiting + $io io + 4)"
+	fail "$peak daemon threads with 200 blocked stages (bound $bound: 16 workers + 16 waiting + $io io + $pools read/batch + 4)"
 # Reads, stats and the holder's RELEASE are still served.
 [ "$(tmo 10 cat "$MP/w.3" | wc -c)" -eq 1048576 ] || fail "w.3 not read whole while stages wait"
 busy=$(stat_get "$MP" staging.busy)

@@ -7,7 +7,10 @@
 # (errors, the daemon stays up, bytes exact afterwards); eight concurrent
 # callers into one object; the stats; load_state_dict bringing cpu-placed
 # tensors by STAGE_READ, and iter_weights equal to it (copy and borrow, small
-# windows, an early stop that leaves no lease or shm object behind).
+# windows, an early stop that leaves no lease or shm object behind);
+# PLACEFS_IOC_STAGE_BATCH (read and copy batches exact, per-entry EFBIG,
+# ERANGE and EINVAL beside entries that land, malformed requests EINVAL,
+# ENODEV for copy without staging).
 TEST_TIMEOUT=${TEST_TIMEOUT:-120}
 . "$(dirname "$0")/lib.sh"
 require_fuse
@@ -34,6 +37,8 @@ for dev in host none; do
 	out=$(tmo 60 $T concurrent "$MP" ck.safetensors) || fail "concurrent ($dev): $out"
 	note "$dev: $out"
 	out=$(tmo 60 $T loader "$MP" ck.safetensors) || fail "loader ($dev): $out"
+	note "$dev: $out"
+	out=$(tmo 60 $T batch "$MP" ck.safetensors) || fail "batch ($dev): $out"
 	note "$dev: $out"
 	if [ $dev = host ]; then
 		out=$(tmo 30 $T ring "$MP" ck.safetensors) || fail "ring: $out"

@@ -156,14 +156,63 @@ struct placefs_ioc_release {
 	uint64_t reserved[6]; /* in: zero */
 };
 
+/* Entries of one PLACEFS_IOC_STAGE_BATCH request, at most. */
+#define PLACEFS_IOC_BATCH_MAX 256
+
+/* One tensor of a PLACEFS_IOC_STAGE_BATCH request. */
+struct placefs_ioc_batch_entry {
+	uint64_t tensor;      /* in: its index in the mount's .placefs/plan.json, from 0 */
+	uint64_t dest_offset; /* in: where it goes in the batch's destination */
+	uint64_t nbytes;      /* out: its payload bytes (moved when error is 0) */
+	int32_t error;        /* out: 0, or the positive errno of this entry */
+	uint32_t out_flags;   /* in: zero; out: PLACEFS_IOC_STAGED_* */
+};
+
+/*
+ * PLACEFS_IOC_STAGE_BATCH: many tensors in one request, into one destination,
+ * in copy mode (gpu-placed tensors through the ring) or read mode (any
+ * tensor, by the reader threads). The ioctl may be issued on any tensor file
+ * of the mount; entries name tensors by plan index, and the caller must be
+ * able to read each one's shard (else that entry fails with EACCES). The
+ * daemon runs the entries in parallel and answers when all have ended; the
+ * request fails as a whole (-1 and errno) only when it is malformed (EINVAL:
+ * header fields as for PLACEFS_IOC_STAGE, count 0 or above the maximum,
+ * reserved fields or unused entries not zero) or cannot be run (ENODEV:
+ * copy mode without staging; EAGAIN, ENOMEM). Otherwise it returns 0 with
+ * `done` entries succeeded and each entry's `error` set: ERANGE for an index
+ * past the plan, EFBIG for a copy of a tensor that is not staged, EINVAL
+ * when dest_offset + nbytes exceeds dest_size, and the errnos of
+ * PLACEFS_IOC_STAGE otherwise.
+ */
+struct placefs_ioc_stage_batch {
+	uint32_t version;           /* in: PLACEFS_IOC_VERSION */
+	uint32_t size;              /* in: sizeof(struct placefs_ioc_stage_batch) */
+	uint32_t mode;              /* in: PLACEFS_IOC_STAGE_COPY or PLACEFS_IOC_STAGE_READ */
+	uint32_t count;             /* in: entries used, 1 .. PLACEFS_IOC_BATCH_MAX */
+	uint32_t dest_kind;         /* in: enum placefs_ioc_handle_kind (read: HOST_SHM) */
+	uint32_t dest_handle_bytes; /* in: used bytes of dest_handle */
+	uint64_t dest_size;         /* in: size of the destination allocation */
+	uint8_t dest_handle[PLACEFS_IOC_HANDLE_MAX]; /* in */
+	uint64_t timeout_ns; /* in: per entry, as for PLACEFS_IOC_STAGE */
+	uint64_t total_ns;   /* out: time in the daemon */
+	uint32_t done;       /* out: entries with error 0 */
+	uint32_t pad0;       /* in: zero */
+	uint64_t reserved[9]; /* in: zero; out: zero */
+	struct placefs_ioc_batch_entry entries[PLACEFS_IOC_BATCH_MAX];
+};
+
 #define PLACEFS_IOC_RING_INFO _IOWR(PLACEFS_IOC_MAGIC, 0x01, struct placefs_ioc_ring_info)
 #define PLACEFS_IOC_STAGE     _IOWR(PLACEFS_IOC_MAGIC, 0x02, struct placefs_ioc_stage)
 #define PLACEFS_IOC_RELEASE   _IOW(PLACEFS_IOC_MAGIC, 0x03, struct placefs_ioc_release)
+#define PLACEFS_IOC_STAGE_BATCH                                                                    \
+	_IOWR(PLACEFS_IOC_MAGIC, 0x04, struct placefs_ioc_stage_batch)
 
 /* The sizes, for bindings that build the buffers by hand (Python struct). */
 #define PLACEFS_IOC_RING_INFO_SIZE 256
 #define PLACEFS_IOC_STAGE_SIZE     320
 #define PLACEFS_IOC_RELEASE_SIZE   64
+#define PLACEFS_IOC_BATCH_ENTRY_SIZE 32
+#define PLACEFS_IOC_STAGE_BATCH_SIZE (256 + PLACEFS_IOC_BATCH_MAX * PLACEFS_IOC_BATCH_ENTRY_SIZE)
 
 #ifdef __cplusplus
 #define PLACEFS_IOC_ASSERT(c, m) static_assert(c, m)
@@ -178,6 +227,13 @@ PLACEFS_IOC_ASSERT(sizeof(struct placefs_ioc_stage) == PLACEFS_IOC_STAGE_SIZE,
 PLACEFS_IOC_ASSERT(sizeof(struct placefs_ioc_release) == PLACEFS_IOC_RELEASE_SIZE,
                    "placefs_ioc_release layout");
 PLACEFS_IOC_ASSERT(PLACEFS_IOC_STAGE_SIZE <= 16383, "restricted FUSE ioctl size limit");
+PLACEFS_IOC_ASSERT(sizeof(struct placefs_ioc_batch_entry) == PLACEFS_IOC_BATCH_ENTRY_SIZE,
+                   "placefs_ioc_batch_entry layout");
+PLACEFS_IOC_ASSERT(sizeof(struct placefs_ioc_stage_batch) == PLACEFS_IOC_STAGE_BATCH_SIZE,
+                   "placefs_ioc_stage_batch layout");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage_batch, entries) == 256,
+                   "placefs_ioc_stage_batch.entries offset");
+PLACEFS_IOC_ASSERT(PLACEFS_IOC_STAGE_BATCH_SIZE <= 16383, "restricted FUSE ioctl size limit");
 PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_ring_info, handle) == 48,
                    "placefs_ioc_ring_info.handle offset");
 PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, dest_handle) == 40,
@@ -193,6 +249,7 @@ PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, out_flags) == 23
 PLACEFS_IOC_ASSERT(PLACEFS_IOC_RING_INFO == 0xC100B901u, "PLACEFS_IOC_RING_INFO number");
 PLACEFS_IOC_ASSERT(PLACEFS_IOC_STAGE == 0xC140B902u, "PLACEFS_IOC_STAGE number");
 PLACEFS_IOC_ASSERT(PLACEFS_IOC_RELEASE == 0x4040B903u, "PLACEFS_IOC_RELEASE number");
+PLACEFS_IOC_ASSERT(PLACEFS_IOC_STAGE_BATCH == 0xE100B904u, "PLACEFS_IOC_STAGE_BATCH number");
 #endif
 
 #undef PLACEFS_IOC_ASSERT

@@ -54,6 +54,13 @@ _RING_INFO_FMT = "=IIIiQQQII%ds10Q" % HANDLE_MAX
 _STAGE_FMT = "=IIIIIIQQ%dsQQQQQQQQII10Q" % HANDLE_MAX
 # struct placefs_ioc_release: version, size, lease, reserved[6].
 _RELEASE_FMT = "=IIQ6Q"
+# struct placefs_ioc_stage_batch: version, size, mode, count, dest_kind, dest_handle_bytes,
+# dest_size, dest_handle, timeout_ns, total_ns, done, pad0, reserved[9]; then
+# BATCH_MAX entries of (tensor, dest_offset, nbytes, error, out_flags).
+BATCH_MAX = 256
+_BATCH_HEAD_FMT = "=IIIIIIQ%dsQQII9Q" % HANDLE_MAX
+_BATCH_ENTRY_FMT = "=QQQiI"
+BATCH_SIZE = 256 + BATCH_MAX * 32
 
 RING_INFO_SIZE = 256
 STAGE_SIZE = 320
@@ -100,9 +107,10 @@ def _iow(typ, nr, size):
 IOC_RING_INFO = _iowr(IOC_MAGIC, 0x01, RING_INFO_SIZE)
 IOC_STAGE = _iowr(IOC_MAGIC, 0x02, STAGE_SIZE)
 IOC_RELEASE = _iow(IOC_MAGIC, 0x03, RELEASE_SIZE)
+IOC_STAGE_BATCH = _iowr(IOC_MAGIC, 0x04, BATCH_SIZE)
 
 _IOC_NAMES = {IOC_RING_INFO: "PLACEFS_IOC_RING_INFO", IOC_STAGE: "PLACEFS_IOC_STAGE",
-              IOC_RELEASE: "PLACEFS_IOC_RELEASE"}
+              IOC_RELEASE: "PLACEFS_IOC_RELEASE", IOC_STAGE_BATCH: "PLACEFS_IOC_STAGE_BATCH"}
 
 # What each errno means for a placefs ioctl (the list in ioctl.h).
 _IOC_ERRORS = {
@@ -314,6 +322,38 @@ def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage"):
     _ioctl(fd, IOC_STAGE, buf, what)
     f = struct.unpack(_STAGE_FMT, buf)
     return StageResult(*f[10:18])
+
+
+def stage_batch(fd, mode, dest, entries, timeout_ns=0, what="batch"):
+    """PLACEFS_IOC_STAGE_BATCH: up to BATCH_MAX tensors into one Destination.
+
+    mode "copy" (gpu-placed tensors through the ring) or "read" (any tensor,
+    by the daemon's reader threads; dest must be shm). entries: a list of
+    (tensor index in plan.json, dest_offset). fd: any tensor file of the
+    mount. Returns [(nbytes, errno, out_flags)], one per entry (errno 0 when
+    it landed); OSError only when the request as a whole fails.
+    """
+    m = _mode_number(mode)
+    if m not in (STAGE_COPY, STAGE_READ):
+        raise ValueError("%s: a batch is in copy or read mode, not %r" % (what, mode))
+    if not isinstance(dest, Destination):
+        raise ValueError("%s: a batch needs a Destination, got %r" % (what, dest))
+    if m == STAGE_READ and dest.kind != HANDLE_HOST_SHM:
+        raise ValueError("%s: read mode needs a shm Destination" % what)
+    if not 0 < len(entries) <= BATCH_MAX:
+        raise ValueError("%s: %d entries, expected 1 to %d" % (what, len(entries), BATCH_MAX))
+    buf = bytearray(BATCH_SIZE)
+    struct.pack_into(_BATCH_HEAD_FMT, buf, 0, IOC_VERSION, BATCH_SIZE, m, len(entries),
+                     dest.kind, len(dest.handle), dest.size, dest.handle, timeout_ns, 0, 0, 0,
+                     *([0] * 9))
+    for i, (index, off) in enumerate(entries):
+        struct.pack_into(_BATCH_ENTRY_FMT, buf, 256 + 32 * i, index, off, 0, 0, 0)
+    _ioctl(fd, IOC_STAGE_BATCH, buf, what)
+    out = []
+    for i in range(len(entries)):
+        _, _, nbytes, err, flags = struct.unpack_from(_BATCH_ENTRY_FMT, buf, 256 + 32 * i)
+        out.append((nbytes, err, flags))
+    return out
 
 
 def release(fd, lease, what="release"):

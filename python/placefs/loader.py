@@ -21,7 +21,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _torch
-from ._ioctl import BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, Destination, stage
+from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, _IOC_ERRORS,
+                     Destination, stage, stage_batch)
 from ._util import warn_once
 from .mount import Mount, _read_file
 
@@ -162,6 +163,71 @@ def _read_into(t, dest, timeout_ns):
     return r
 
 
+def _chunks(items, workers):
+    """[(tensor, off)] without empty tensors, cut into STAGE_BATCH-sized requests.
+
+    Fewer than BATCH_MAX per request when that gives every worker requests
+    to send (two each).
+    """
+    items = [(t, o) for t, o in items if t.nbytes]
+    if not items:
+        return []
+    per = max(1, min(BATCH_MAX, -(-len(items) // (2 * max(1, workers)))))
+    return [items[i:i + per] for i in range(0, len(items), per)]
+
+
+def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
+    """One STAGE_BATCH request for chunk ([(tensor, dest_offset)]) into dest.
+
+    The daemon runs its entries in parallel, so tens of thousands of small
+    tensors cost a few hundred round trips, not an open, an ioctl and a close
+    each. EAGAIN (every worker the daemon lends to batches is busy) is retried
+    briefly. A daemon without STAGE_BATCH (ENOTTY or EINVAL for the first
+    request; state["batch"] then turns False) gets single(tensor, offset) per
+    tensor. Raises the first entry's error, naming the tensor.
+    """
+    if state.get("batch", True):
+        fd = os.open(chunk[0][0].path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        res = None
+        try:
+            for attempt in range(200):
+                try:
+                    res = stage_batch(fd, mode, dest, [(t.index, o) for t, o in chunk],
+                                      timeout_ns, what="batch of %d from tensor %r"
+                                      % (len(chunk), chunk[0][0].name))
+                    break
+                except OSError as e:
+                    if e.errno == _errno.EAGAIN and attempt < 199:
+                        time.sleep(0.001 * (1 + attempt % 10))
+                        continue
+                    if e.errno in (_errno.ENOTTY, _errno.EINVAL) and not state.get("seen"):
+                        state["batch"] = False
+                        break
+                    raise
+        finally:
+            os.close(fd)
+        if res is not None:
+            state["seen"] = True
+            for (t, o), (nb, err, _flags) in zip(chunk, res):
+                if err:
+                    raise OSError(err, "tensor %r: PLACEFS_IOC_STAGE_BATCH (%s): %s"
+                                  % (t.name, mode, _IOC_ERRORS.get(err, os.strerror(err))))
+                if nb != t.nbytes:
+                    raise OSError(_errno.EPROTO, "tensor %r: the daemon moved %d bytes, "
+                                  "the plan says %d" % (t.name, nb, t.nbytes))
+            tick(sum(t.nbytes for t, _ in chunk))
+            return
+    for t, o in chunk:
+        single(t, o)
+
+
+def _move_all(items, dest, mode, timeout_ns, pool, workers, tick, single):
+    """Moves [(tensor, dest_offset)] into dest by STAGE_BATCH requests on pool."""
+    state = {}
+    _run_all(pool, lambda c: _batch_chunk(c, dest, mode, timeout_ns, tick, single, state),
+             _chunks(items, workers))
+
+
 def _run_all(pool, fn, items):
     """fn over items on the pool; waits for every call before raising the first error.
 
@@ -271,10 +337,11 @@ class _Loader:
         shm = _ShmDest(total)
         try:
             if jobs:
-                # The first one alone: a file system without STAGE_READ is read instead.
+                # A file system without STAGE_READ (not placefs: ENOTTY) is read instead.
                 try:
-                    self._tick(_read_into(jobs[0][0], shm.dest(jobs[0][1]),
-                                          self.timeout_ns).nbytes)
+                    _move_all(jobs, shm.dest(0), "read", self.timeout_ns, pool, self.workers,
+                              self._tick, lambda t, o: self._tick(
+                                  _read_into(t, shm.dest(o), self.timeout_ns).nbytes))
                 except OSError as e:
                     if e.errno not in (_errno.ENOTTY, _errno.EINVAL):
                         raise
@@ -288,8 +355,6 @@ class _Loader:
                         self._tick(t.nbytes)
                         self._finish(t, buf, "cpu")
                     return
-                _run_all(pool, lambda a: self._tick(
-                    _read_into(a[0], shm.dest(a[1]), self.timeout_ns).nbytes), jobs[1:])
         finally:
             shm.unlink()
         self._finish_shm(tensors, offs, shm, "cpu")
@@ -350,8 +415,9 @@ class _Loader:
         offs, total = self._layout(tensors, 256)
         shm = _ShmDest(total)
         try:
-            _run_all(pool, lambda a: self._stage_copy_one(a[0], shm.dest(a[1])),
-                     [(t, o) for t, o in zip(tensors, offs) if t.nbytes])
+            _move_all(zip(tensors, offs), shm.dest(0), "copy", self.timeout_ns, pool,
+                      self.workers, self._tick,
+                      lambda t, o: self._stage_copy_one(t, shm.dest(o)))
         finally:
             shm.unlink()
         self._finish_shm(tensors, offs, shm, device)
@@ -369,9 +435,10 @@ class _Loader:
             # The handle is of the base of the allocator's segment; the
             # storage sits storage_off bytes into it.
             size = storage_off + storage_bytes
-            _run_all(pool, lambda a: self._stage_copy_one(
-                a[0], Destination.cuda_ipc(handle, storage_off + a[1], size)),
-                [(t, o) for t, o in zip(tensors, offs) if t.nbytes])
+            _move_all([(t, storage_off + o) for t, o in zip(tensors, offs)],
+                      Destination.cuda_ipc(handle, 0, size), "copy", self.timeout_ns, pool,
+                      self.workers, self._tick,
+                      lambda t, o: self._stage_copy_one(t, Destination.cuda_ipc(handle, o, size)))
         for t, o in zip(tensors, offs):
             self._finish(t, buf[o:o + t.nbytes], str(dev))
 

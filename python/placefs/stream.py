@@ -33,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import _torch
 from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
-from .loader import (PlacedTensor, _align, _parse_device, _read_into, _ShmDest,
-                     copy_mode_from_env)
+from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _parse_device, _read_into,
+                     _ShmDest, copy_mode_from_env)
 from .mount import Mount
 
 DEFAULT_WINDOW = 2 << 30
@@ -88,6 +88,7 @@ class _Stream:
         if self.window <= 0:
             raise ValueError("window_bytes must be positive, got %r" % (window_bytes,))
         self.torch = _torch.get()
+        self._state = {}  # whether the daemon serves STAGE_BATCH
         self.progress = None
         if progress:
             from ._progress import Progress
@@ -173,18 +174,21 @@ class _Stream:
             b.export = _torch.cuda_ipc_export(b.buf)
             handle, soff, sbytes = b.export.__enter__()
             size = soff + sbytes
-            for t, o in zip(b.tensors, b.offs):
-                if t.nbytes:
-                    b.futures.append(pool.submit(self._stage_one, t, Destination.cuda_ipc(
-                        handle, soff + o, size), "copy"))
+            for c in _chunks([(t, soff + o) for t, o in zip(b.tensors, b.offs)], self.workers):
+                b.futures.append(pool.submit(
+                    _batch_chunk, c, Destination.cuda_ipc(handle, 0, size), "copy",
+                    self.timeout_ns, self._tick, lambda t, o, h=handle, n=size:
+                    self._stage_one(t, Destination.cuda_ipc(h, o, n), "copy"), self._state))
             b.flat = b.buf
             return
         b.buf = _ShmDest(b.nbytes)
         how = "copy" if b.kind == "shm-stage" else "read"
-        for t, o in zip(b.tensors, b.offs):
-            if t.nbytes:
-                b.futures.append(pool.submit(self._stage_one if how == "copy" else
-                                             self._read_one, t, b.buf.dest(o), how))
+        shm = b.buf
+        for c in _chunks(zip(b.tensors, b.offs), self.workers):
+            b.futures.append(pool.submit(
+                _batch_chunk, c, shm.dest(0), how, self.timeout_ns, self._tick,
+                lambda t, o: (self._stage_one if how == "copy" else self._read_one)(
+                    t, shm.dest(o), how), self._state))
 
     def _read_one(self, t, dest, how):
         _read_into(t, dest, self.timeout_ns)

@@ -237,6 +237,7 @@ def loader(mnt, source):
     ref = source_bytes(source)
     ncpu = sum(1 for t in m.tensors if t.placement == "cpu" and t.nbytes)
     staged = stats(mnt).get("backend") != "none"
+    b0 = stats(mnt)["batch"]["requests"]
     for mode in ("copy", "borrow"):
         before = stats(mnt)["read"]["tensors"]
         sd, rep = placefs.load(mnt, device="cpu", mode=mode)
@@ -256,6 +257,7 @@ def loader(mnt, source):
                       % (mode, window, name))
                 names.append(name)
             check(names == list(sd), "iter_weights (%s): order %r" % (mode, names))
+    check(stats(mnt)["batch"]["requests"] > b0, "the loads sent no STAGE_BATCH request")
     # Stopping early leaves nothing held: no lease, no read in progress.
     it = placefs.iter_weights(mnt, device="cpu", mode="borrow")
     next(it)
@@ -270,6 +272,75 @@ def loader(mnt, source):
     m.close()
     print("loader: load (copy, borrow) and iter_weights (3 windows) exact; cpu tensors by "
           "STAGE_READ")
+
+
+def batch(mnt, source):
+    """PLACEFS_IOC_STAGE_BATCH: many tensors per request, per-entry errors, malformed ones."""
+    import fcntl
+    from placefs import _ioctl as io
+    m = placefs.Mount(mnt)
+    ref = source_bytes(source)
+    staged = stats(mnt).get("backend") != "none"
+    ts = [t for t in m.tensors if t.nbytes]
+    offs, pos = [], 0
+    for t in ts:
+        offs.append(pos)
+        pos += t.nbytes + 8
+    shm = Shm(pos, "batch")
+    fd = os.open(ts[0].path, os.O_RDONLY)
+    before = stats(mnt)["batch"]
+    # Read mode: every tensor, any placement, one request.
+    res = io.stage_batch(fd, "read", Destination.shm(shm.name, 0, shm.size),
+                         [(t.index, o) for t, o in zip(ts, offs)])
+    check([e for _, e, _ in res] == [0] * len(ts), "read batch errors %r" % res)
+    for t, o, (nb, _, _) in zip(ts, offs, res):
+        check(nb == t.nbytes and shm.read(o, t.nbytes) == ref[t.name],
+              "read batch: %s differs" % t.name)
+    # Copy mode: the gpu-placed ones through the ring; a cpu-placed one is EFBIG,
+    # an index past the plan ERANGE, an entry past dest_size EINVAL; the rest land.
+    gpu = [(t, o) for t, o in zip(ts, offs) if t.placement == "gpu"]
+    cpu = [(t, o) for t, o in zip(ts, offs) if t.placement == "cpu"]
+    os.ftruncate(shm.fd, 0)
+    os.ftruncate(shm.fd, shm.size)
+    entries = [(t.index, o) for t, o in gpu] + [(cpu[0][0].index, cpu[0][1])] + \
+        [(len(m.tensors) + 5, 0), (gpu[0][0].index, shm.size - 1)]
+    if staged:
+        res = io.stage_batch(fd, "copy", Destination.shm(shm.name, 0, shm.size), entries)
+        errs = [e for _, e, _ in res]
+        want = [0] * len(gpu) + [errno.EFBIG, errno.ERANGE, errno.EINVAL]
+        check(errs == want, "copy batch errors %r, expected %r" % (errs, want))
+        for t, o in gpu:
+            check(shm.read(o, t.nbytes) == ref[t.name], "copy batch: %s differs" % t.name)
+    else:
+        expect_errno(lambda: io.stage_batch(fd, "copy", Destination.shm(shm.name, 0, shm.size),
+                                            entries), errno.ENODEV, "copy batch without staging")
+    # Malformed requests fail as a whole.
+    def raw(mutate):
+        buf = bytearray(io.BATCH_SIZE)
+        nm = shm.name.encode() + b"\0"
+        struct.pack_into(io._BATCH_HEAD_FMT, buf, 0, placefs.IOC_VERSION, io.BATCH_SIZE,
+                         placefs.STAGE_READ, 1, placefs.HANDLE_HOST_SHM, len(nm), shm.size,
+                         nm, 0, 0, 0, 0, *([0] * 9))
+        struct.pack_into(io._BATCH_ENTRY_FMT, buf, 256, ts[0].index, 0, 0, 0, 0)
+        mutate(buf)
+        fcntl.ioctl(fd, io.IOC_STAGE_BATCH, buf, True)
+    raw(lambda b: None)
+    for what, mut in (("count 0", lambda b: struct.pack_into("=I", b, 12, 0)),
+                      ("count 257", lambda b: struct.pack_into("=I", b, 12, 257)),
+                      ("borrow mode", lambda b: struct.pack_into("=I", b, 8, 0)),
+                      ("reserved", lambda b: struct.pack_into("=Q", b, 248, 1)),
+                      ("entry after count", lambda b: struct.pack_into("=Q", b, 256 + 32, 1)),
+                      ("out field set", lambda b: struct.pack_into("=i", b, 256 + 24, 5)),
+                      ("cuda dest in read mode", lambda b: struct.pack_into("=I", b, 16, 1))):
+        expect_errno(lambda: raw(mut), errno.EINVAL, "batch with %s" % what)
+    after = stats(mnt)["batch"]
+    check(after["requests"] - before["requests"] >= 2, "stats batch.requests %r -> %r"
+          % (before, after))
+    os.close(fd)
+    shm.close()
+    m.close()
+    print("batch: read (%d tensors) and copy (%d gpu, 3 refused entries) exact; "
+          "7 malformed requests EINVAL" % (len(ts), len(gpu)))
 
 
 if __name__ == "__main__":
