@@ -89,10 +89,14 @@ struct bjob {
 	gid_t gid;
 	struct placefs_ioc_stage_batch *io; /* in and out */
 	int dfd;                            /* read mode: the destination shm object */
-	unsigned next;                      /* the next entry to run (fs->block) */
-	unsigned inflight;                  /* entries running (fs->block) */
-	unsigned done;                      /* entries that succeeded (fs->block) */
-	pthread_cond_t ended;               /* inflight reached 0 with no entry left */
+	struct {
+		unsigned first, count;
+	} runs[PLACEFS_IOC_BATCH_MAX]; /* entries moved as one range (batch_runs()) */
+	unsigned nruns;
+	unsigned next;        /* the next run to start (fs->block) */
+	unsigned inflight;    /* runs in progress (fs->block) */
+	unsigned done;        /* entries that succeeded (fs->block) */
+	pthread_cond_t ended; /* inflight reached 0 with no entry left */
 	struct bjob *next_job;
 };
 
@@ -115,6 +119,7 @@ struct placefs_ioctl {
 	atomic_uint_fast64_t batches;       /* STAGE_BATCH requests answered */
 	atomic_uint_fast64_t batch_entries; /* their entries */
 	atomic_uint_fast64_t batch_failed;  /* entries that failed */
+	atomic_uint_fast64_t batch_moves;   /* ranges read or staged for them (runs) */
 	struct placefs_backend_info info;
 	uint64_t align;
 	char device[160];    /* for the log and stats: "none", "host (/placefs-1-0)", ... */
@@ -975,8 +980,13 @@ static void batch_unqueue(struct placefs_ioctl *fs, struct bjob *j)
 		}
 }
 
-/* Entry i of j: 0 or a negative errno with a message. */
-static int batch_entry(struct bjob *j, unsigned i, struct placefs_error *err)
+/*
+ * Checks entry i of j on its own (the tensor, the destination range, the
+ * caller's right to its shard, the shard's health); sets its nbytes and
+ * *tp. 0 or a negative errno with a message.
+ */
+static int entry_check(struct bjob *j, unsigned i, const struct placefs_tensor **tp,
+                       struct placefs_error *err)
 {
 	struct placefs_ioctl *fs = j->r.fs;
 	struct placefs_mount *m = fs->m;
@@ -984,13 +994,8 @@ static int batch_entry(struct bjob *j, unsigned i, struct placefs_error *err)
 	struct placefs_ioc_batch_entry *e = &io->entries[i];
 	const struct placefs_plan_entry *pe;
 	const struct placefs_tensor *t;
-	struct placefs_stage_opts o = {0};
-	struct placefs_stage_span span;
-	struct placefs_dest dest;
-	struct timespec dl;
-	const struct timespec *dlp = NULL;
-	uint64_t end, need = 0;
-	int fd, rc;
+	uint64_t end;
+	int rc;
 
 	if (e->tensor >= placefs_plan_count(m->plan))
 		return placefs_error_set(err, -ERANGE, PLACEFS_E_USAGE,
@@ -1026,6 +1031,29 @@ static int batch_entry(struct bjob *j, unsigned i, struct placefs_error *err)
 		return placefs_error_set(err, rc, PLACEFS_E_IO,
 		                         "tensor \"%s\": its shard is not as it was at mount (%s)",
 		                         t->name, strerror(-rc));
+	*tp = t;
+	return 0;
+}
+
+/*
+ * Moves bytes [off, off + n) of t's shard to dest_off of the batch's
+ * destination: one read (read mode) or one stage through the ring (copy).
+ * key: the prefetch key of the stage (0 for a run of several tensors).
+ */
+static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t off, uint64_t n,
+                      uint64_t dest_off, uint64_t key, int *prefetched, struct placefs_error *err)
+{
+	struct placefs_ioctl *fs = j->r.fs;
+	struct placefs_mount *m = fs->m;
+	struct placefs_ioc_stage_batch *io = j->io;
+	struct placefs_stage_opts o = {0};
+	struct placefs_stage_span span;
+	struct placefs_dest dest;
+	struct timespec dl;
+	const struct timespec *dlp = NULL;
+	uint64_t need = 0;
+	int fd, rc = 0;
+
 	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
 		dl = placefs_clock_deadline(io->timeout_ns);
 		dlp = &dl;
@@ -1038,13 +1066,12 @@ static int batch_entry(struct bjob *j, unsigned i, struct placefs_error *err)
 		struct placefs_fill_opts fo = {
 		        .deadline = dlp, .cancel = &j->r.cancel, .name = t->name};
 
-		return placefs_filler_copy(fs->fill, fd, t->offset, j->dfd, e->dest_offset,
-		                           t->nbytes, &fo, err);
+		return placefs_filler_copy(fs->fill, fd, off, j->dfd, dest_off, n, &fo, err);
 	}
 	if (capped(fs, j->r.uid)) {
 		struct user_use *u;
 
-		need = t->nbytes ? t->nbytes : 1;
+		need = n ? n : 1;
 		if (fs->align > 1 && need % fs->align)
 			need += fs->align - need % fs->align;
 		pthread_mutex_lock(&fs->lock);
@@ -1065,62 +1092,157 @@ static int batch_entry(struct bjob *j, unsigned i, struct placefs_error *err)
 	dest.kind = io->dest_kind;
 	dest.handle_bytes = io->dest_handle_bytes;
 	memcpy(dest.handle, io->dest_handle, sizeof(dest.handle));
-	dest.offset = e->dest_offset;
+	dest.offset = dest_off;
 	dest.size = io->dest_size;
 	dest.check_uid = 1;
 	dest.uid = j->r.uid;
 	dest.pid = j->r.pid;
-	o.key = e->tensor + 1;
+	o.key = key;
 	o.owner = j->r.fh;
 	o.deadline = dlp;
 	o.cancel = &j->r.cancel;
 	o.name = t->name;
-	rc = placefs_stager_stage_copy(fs->st, fd, t->offset, t->nbytes, &o, &dest, &span, err);
+	rc = placefs_stager_stage_copy(fs->st, fd, off, n, &o, &dest, &span, err);
 	if (need)
 		share_put(fs, j->r.uid, need, false);
-	if (rc == 0) {
-		e->out_flags = span.prefetched ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
-		hint_after(fs, (size_t)e->tensor);
-	}
+	if (rc == 0 && prefetched)
+		*prefetched = span.prefetched;
 	return rc;
 }
 
 /*
- * fs->block held: runs one entry of `only` (or, for a pool thread, of the
+ * Runs run r of j: its entries are checked one by one, then moved as one
+ * range when there are several (they are adjacent in one shard and in the
+ * destination, see batch_runs()), else as the one tensor. Entry errors are
+ * set; returns how many entries landed.
+ */
+static unsigned batch_run(struct bjob *j, unsigned r)
+{
+	struct placefs_ioctl *fs = j->r.fs;
+	struct placefs_ioc_stage_batch *io = j->io;
+	unsigned first = j->runs[r].first, n = j->runs[r].count, i, ok = 0;
+	const struct placefs_tensor *t0 = NULL, *t = NULL;
+	struct placefs_error err;
+	uint64_t bytes = 0;
+	int rc = 0, pf = 0;
+
+	placefs_error_clear(&err);
+	for (i = first; i < first + n && rc == 0; i++) {
+		rc = entry_check(j, i, &t, &err);
+		if (rc == 0) {
+			if (!t0)
+				t0 = t;
+			bytes += t->nbytes;
+		}
+	}
+	if (rc != 0 && n > 1) {
+		/* One entry of the run fails its checks: each entry on its own, then. */
+		for (i = first; i < first + n; i++) {
+			j->runs[r].first = i;
+			j->runs[r].count = 1;
+			ok += batch_run(j, r);
+		}
+		return ok;
+	}
+	if (rc == 0 && __atomic_load_n(&j->r.cancel, __ATOMIC_ACQUIRE))
+		rc = placefs_error_set(&err, -EINTR, PLACEFS_E_IO, "interrupted");
+	if (rc == 0) {
+		atomic_fetch_add_explicit(&fs->batch_moves, 1, memory_order_relaxed);
+		rc = batch_move(j, t0, t0->offset, bytes, io->entries[first].dest_offset,
+		                n == 1 ? io->entries[first].tensor + 1 : 0, &pf, &err);
+	}
+	for (i = first; i < first + n; i++) {
+		io->entries[i].error = rc < 0 ? -rc : 0;
+		io->entries[i].out_flags = rc == 0 && pf ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
+	}
+	if (rc == 0) {
+		ok = n;
+		if (io->mode == PLACEFS_IOC_STAGE_COPY)
+			hint_after(fs, (size_t)io->entries[first + n - 1].tensor);
+	} else if (rc != -ETIMEDOUT && rc != -EINTR) {
+		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
+		placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
+		                    "staging: batch %s, entries %u-%u failed (%s): %s",
+		                    mode_name(io->mode), first, first + n - 1, strerror(-rc),
+		                    err.msg);
+	}
+	return ok;
+}
+
+/*
+ * Cuts j's entries into runs: consecutive entries whose tensors follow each
+ * other in one shard and whose destinations follow each other too become
+ * one range (so a mixture-of-experts layer of small tensors is one read or
+ * one stage, not hundreds), up to a cap (copy: a quarter of the ring, at most
+ * 64 MiB, so that the ring still overlaps runs; read: 256 MiB). An entry
+ * that would fail its checks stays a run of its own.
+ */
+static void batch_runs(struct bjob *j)
+{
+	struct placefs_ioctl *fs = j->r.fs;
+	struct placefs_mount *m = fs->m;
+	struct placefs_ioc_stage_batch *io = j->io;
+	uint64_t cap = io->mode == PLACEFS_IOC_STAGE_READ        ? 256ULL << 20
+	               : fs->info.ring_bytes / 4 < (64ULL << 20) ? fs->info.ring_bytes / 4
+	                                                         : 64ULL << 20;
+	const struct placefs_tensor *prev = NULL;
+	uint64_t run_bytes = 0, prev_dest = 0;
+	unsigned i;
+
+	j->nruns = 0;
+	for (i = 0; i < io->count; i++) {
+		const struct placefs_ioc_batch_entry *e = &io->entries[i];
+		const struct placefs_plan_entry *pe = NULL;
+		const struct placefs_tensor *t = NULL;
+		bool joins = false;
+
+		if (e->tensor < placefs_plan_count(m->plan)) {
+			pe = placefs_plan_entry(m->plan, (size_t)e->tensor);
+			t = pe->tensor;
+			if (io->mode == PLACEFS_IOC_STAGE_COPY &&
+			    pe->placement == PLACEFS_PLACE_CPU)
+				t = NULL;
+		}
+		if (t && prev && t->shard == prev->shard &&
+		    t->offset == prev->offset + prev->nbytes &&
+		    e->dest_offset == prev_dest + prev->nbytes && run_bytes + t->nbytes <= cap)
+			joins = true;
+		if (joins) {
+			j->runs[j->nruns - 1].count++;
+			run_bytes += t->nbytes;
+		} else {
+			j->runs[j->nruns].first = i;
+			j->runs[j->nruns].count = 1;
+			j->nruns++;
+			run_bytes = t ? t->nbytes : 0;
+		}
+		prev = t;
+		prev_dest = e->dest_offset;
+	}
+}
+
+/*
+ * fs->block held: runs one run of `only` (or, for a pool thread, of the
  * oldest queued job), dropping the lock meanwhile. False when there was none.
  */
 static bool batch_step(struct placefs_ioctl *fs, struct bjob *only)
 {
 	struct bjob *j = only ? only : fs->bjobs;
-	struct placefs_error err;
-	unsigned i;
-	int rc;
+	unsigned r, ok;
 
-	if (!j || j->next >= j->io->count)
+	if (!j || j->next >= j->nruns)
 		return false;
-	i = j->next++;
-	if (j->next >= j->io->count)
+	r = j->next++;
+	if (j->next >= j->nruns)
 		batch_unqueue(fs, j);
 	j->inflight++;
 	pthread_mutex_unlock(&fs->block);
 
-	placefs_error_clear(&err);
-	if (__atomic_load_n(&j->r.cancel, __ATOMIC_ACQUIRE))
-		rc = placefs_error_set(&err, -EINTR, PLACEFS_E_IO, "interrupted");
-	else
-		rc = batch_entry(j, i, &err);
-	j->io->entries[i].error = rc < 0 ? -rc : 0;
-	if (rc < 0 && rc != -ETIMEDOUT && rc != -EINTR) {
-		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
-		placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
-		                    "staging: batch %s, entry %u failed (%s): %s",
-		                    mode_name(j->io->mode), i, strerror(-rc), err.msg);
-	}
+	ok = batch_run(j, r);
 
 	pthread_mutex_lock(&fs->block);
-	if (rc == 0)
-		j->done++;
-	if (--j->inflight == 0 && j->next >= j->io->count)
+	j->done += ok;
+	if (--j->inflight == 0 && j->next >= j->nruns)
 		pthread_cond_broadcast(&j->ended);
 	return true;
 }
@@ -1197,8 +1319,9 @@ static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	}
 	inflight_add(fs, &j.r);
 	fuse_req_interrupt_func(req, on_interrupt, &j.r);
+	batch_runs(&j);
 	pthread_mutex_lock(&fs->block);
-	if (j.io->count > 1) {
+	if (j.nruns > 1) {
 		struct bjob **pp = &fs->bjobs;
 
 		while (*pp)
@@ -1465,16 +1588,15 @@ static const struct placefs_stat read_rows[] = {
 
 /* STAGE_BATCH, last. */
 struct batch_view {
-	uint64_t threads, requests, entries, failed;
+	uint64_t threads, requests, entries, failed, moves;
 };
 
 #define BATCH(path, member) PLACEFS_STAT(path, U64, 0, struct batch_view, member)
 
 static const struct placefs_stat batch_rows[] = {
-        BATCH("batch.threads", threads),
-        BATCH("batch.requests", requests),
-        BATCH("batch.entries", entries),
-        BATCH("batch.failed", failed),
+        BATCH("batch.threads", threads), BATCH("batch.requests", requests),
+        BATCH("batch.entries", entries), BATCH("batch.failed", failed),
+        BATCH("batch.moves", moves),
 };
 
 static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
@@ -1489,6 +1611,7 @@ static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 		b.requests = atomic_load_explicit(&fs->batches, memory_order_relaxed);
 		b.entries = atomic_load_explicit(&fs->batch_entries, memory_order_relaxed);
 		b.failed = atomic_load_explicit(&fs->batch_failed, memory_order_relaxed);
+		b.moves = atomic_load_explicit(&fs->batch_moves, memory_order_relaxed);
 	}
 	placefs_stats_table(w, batch_rows, PLACEFS_STATS_ROWS(batch_rows),
 	                    (const void *const[]){&b});

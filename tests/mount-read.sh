@@ -10,7 +10,8 @@
 # windows, an early stop that leaves no lease or shm object behind);
 # PLACEFS_IOC_STAGE_BATCH (read and copy batches exact, per-entry EFBIG,
 # ERANGE and EINVAL beside entries that land, malformed requests EINVAL,
-# ENODEV for copy without staging).
+# ENODEV for copy without staging); a small mixture of experts whose
+# adjacent tensors are moved as a few ranges, bytes exact.
 TEST_TIMEOUT=${TEST_TIMEOUT:-120}
 . "$(dirname "$0")/lib.sh"
 require_fuse
@@ -48,6 +49,16 @@ for dev in host none; do
 		kill -0 "$MOUNT_PID" || fail "the daemon died in the shrink race"
 	fi
 	[ "$(stat_get "$MP" staging.read.now)" = 0 ] || fail "read.now not 0"
+	umount_fs "$MP"
+done
+
+# A small mixture of experts (2 shards, 1,000 tensors of 4-16 KiB, most
+# adjacent in their shard): batches move neighbours as one range.
+tmo 20 "$MKCKPT" -q --moe 4:64:80:32:100 --shards 2 --index moe || fail "mkckpt --moe"
+for dev in host none; do
+	mount_fs moe "$MP" -o buffer_size=1048576,device=$dev
+	out=$(tmo 60 $T runs "$MP" moe) || fail "runs ($dev): $out"
+	note "$dev: $out"
 	umount_fs "$MP"
 done
 exit 0

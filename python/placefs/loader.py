@@ -163,17 +163,32 @@ def _read_into(t, dest, timeout_ns):
     return r
 
 
-def _chunks(items, workers):
-    """[(tensor, off)] without empty tensors, cut into STAGE_BATCH-sized requests.
+# Tensors this large go one per STAGE request: their round trips cost nothing
+# next to their bytes, and the ring overlaps a few large stages best.
+BATCH_BELOW = 8 << 20
 
-    Fewer than BATCH_MAX per request when that gives every worker requests
-    to send (two each).
+
+def _source_order(tensors):
+    """tensors sorted as they lie in the shards: the daemon moves neighbours as one range."""
+    return sorted(tensors, key=lambda t: (t.source, t.offset))
+
+
+def _chunks(items, workers):
+    """[(tensor, off)] without empty tensors, cut into requests.
+
+    Small tensors are gathered into STAGE_BATCH requests, in shard order (fewer
+    than BATCH_MAX per request when that gives every worker two requests);
+    each large one (BATCH_BELOW and up) is a request of its own, a list of
+    one, sent as a plain STAGE.
     """
     items = [(t, o) for t, o in items if t.nbytes]
-    if not items:
-        return []
-    per = max(1, min(BATCH_MAX, -(-len(items) // (2 * max(1, workers)))))
-    return [items[i:i + per] for i in range(0, len(items), per)]
+    small = sorted([a for a in items if a[0].nbytes < BATCH_BELOW],
+                   key=lambda a: (a[0].source, a[0].offset))
+    out = [[a] for a in items if a[0].nbytes >= BATCH_BELOW]
+    if small:
+        per = max(1, min(BATCH_MAX, -(-len(small) // (2 * max(1, workers)))))
+        out += [small[i:i + per] for i in range(0, len(small), per)]
+    return out
 
 
 def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
@@ -186,7 +201,7 @@ def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
     request; state["batch"] then turns False) gets single(tensor, offset) per
     tensor. Raises the first entry's error, naming the tensor.
     """
-    if state.get("batch", True):
+    if state.get("batch", True) and (len(chunk) > 1 or chunk[0][0].nbytes < BATCH_BELOW):
         fd = os.open(chunk[0][0].path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         res = None
         try:
@@ -403,12 +418,13 @@ class _Loader:
         return r
 
     def _layout(self, tensors, align):
-        offs, pos = [], 0
-        for t in tensors:
+        """Offsets of tensors (in their order) in one destination, laid out in shard order."""
+        where, pos = {}, 0
+        for t in _source_order(tensors):
             pos = _align(pos, align)
-            offs.append(pos)
+            where[id(t)] = pos
             pos += t.nbytes
-        return offs, pos
+        return [where[id(t)] for t in tensors], pos
 
     def _gpu_copy_shm(self, tensors, pool, device):
         """Copy mode into one shm object of this process (host results)."""

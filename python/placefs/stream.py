@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import _torch
 from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
 from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _parse_device, _read_into,
-                     _ShmDest, copy_mode_from_env)
+                     _ShmDest, _source_order, copy_mode_from_env)
 from .mount import Mount
 
 DEFAULT_WINDOW = 2 << 30
@@ -46,12 +46,13 @@ class _Batch:
     def __init__(self, kind, tensors):
         self.kind = kind  # "cuda" (staged into a CUDA buffer), "shm-stage", "shm-read"
         self.tensors = tensors
-        self.offs = []
-        pos = 0
-        for t in tensors:
+        # Laid out in shard order, so that the daemon moves neighbours as one range.
+        where, pos = {}, 0
+        for t in _source_order(tensors):
             pos = _align(pos, 256)
-            self.offs.append(pos)
+            where[id(t)] = pos
             pos += t.nbytes
+        self.offs = [where[id(t)] for t in tensors]
         self.nbytes = pos
         self.futures = []
         self.buf = None     # torch CUDA tensor or _ShmDest

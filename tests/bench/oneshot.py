@@ -16,7 +16,8 @@ to the last tensor in place, and unmounts:
          straight from the shard files (8 threads, 8 MiB pieces) into one
          buffer; both fresh (the reference runs before the mount)
 
-One line per measurement: "NAME: ... GB/s".
+One line per measurement: "NAME: ... GB/s". $ONESHOT_WORKERS (default 4) is
+the loaders' `workers`.
 """
 import json
 import mmap
@@ -103,6 +104,7 @@ def main():
     placefs_bin, opts, src, mnt = sys.argv[1:5]
     what = ["load", "iter", "cpu"]
     device = "cuda:0"
+    workers = int(os.environ.get("ONESHOT_WORKERS", "4"))
     args = sys.argv[5:]
     while args:
         if args[0] == "--what":
@@ -120,7 +122,7 @@ def main():
     for w in what:
         if w == "load":
             t1, mt = mount(placefs_bin, opts, src, mnt)
-            sd, rep = placefs.load(mnt, device=device, mode="copy")
+            sd, rep = placefs.load(mnt, device=device, mode="copy", workers=workers)
             torch.cuda.synchronize()
             t3 = time.perf_counter()
             gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
@@ -135,7 +137,8 @@ def main():
             t1, mt = mount(placefs_bin, opts, src, mnt)
             n = nb = 0
             keep = []
-            for name, t in placefs.iter_weights(mnt, device=device, mode="copy"):
+            for name, t in placefs.iter_weights(mnt, device=device, mode="copy",
+                                                workers=workers):
                 n += 1
                 nb += t.numel() * t.element_size()
                 keep.append(t)

@@ -343,5 +343,30 @@ def batch(mnt, source):
           "7 malformed requests EINVAL" % (len(ts), len(gpu)))
 
 
+def runs(mnt, source):
+    """Many small tensors, adjacent in the shards: a load moves them as a few ranges."""
+    m = placefs.Mount(mnt)
+    ref = {}
+    for f in sorted(os.listdir(source)):
+        if f.endswith(".safetensors"):
+            ref.update(source_bytes(os.path.join(source, f)))
+    b0 = stats(mnt)["batch"]
+    for mode in ("copy", "borrow"):
+        sd = placefs.load_state_dict(mnt, device="cpu", mode=mode)
+        for name, v in sd.items():
+            check(bytes(v.data) == ref[name], "runs (%s): %s differs" % (mode, name))
+        for name, v in placefs.iter_weights(mnt, device="cpu", mode="copy",
+                                            window_bytes=1 << 20):
+            check(bytes(v.data) == ref[name], "runs, iter_weights: %s differs" % name)
+    b1 = stats(mnt)["batch"]
+    entries, moves = b1["entries"] - b0["entries"], b1["moves"] - b0["moves"]
+    check(b1["failed"] == b0["failed"], "batch entries failed: %r" % b1)
+    check(entries >= len(m.tensors) and moves * 4 <= entries,
+          "%d batch entries in %d moves: neighbours were not moved together" % (entries, moves))
+    m.close()
+    print("runs: %d tensors exact; %d batch entries moved as %d ranges" % (len(m.tensors),
+                                                                          entries, moves))
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])
