@@ -762,7 +762,9 @@ static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 		return bad(why, len, "unknown mode %u", s->mode);
 	if (s->flags != 0)
 		return bad(why, len, "flags 0x%x (none is defined)", s->flags);
-	if (s->pad0 != 0 || !all_zero(s->reserved, sizeof(s->reserved)))
+	/* No flag is served yet: the slice and device fields must be zero too. */
+	if (s->pad0 != 0 || !all_zero(s->reserved, sizeof(s->reserved)) || s->slice_dim ||
+	    s->device || s->slice_start || s->slice_len)
 		return bad(why, len, "a reserved field is not zero");
 	if (s->mode == PLACEFS_IOC_STAGE_BORROW) {
 		if (s->dest_kind || s->dest_handle_bytes || s->dest_offset || s->dest_size ||
@@ -1371,7 +1373,9 @@ static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *f
 		       fname, in->version, in->size, PLACEFS_IOC_VERSION, sizeof(*in));
 		return;
 	}
-	if (!all_zero(in->reserved, sizeof(in->reserved))) {
+	/* No RING_INFO flag is served yet: flags, select and the out fields must be zero. */
+	if (!all_zero(in->reserved, sizeof(in->reserved)) || in->flags || in->select ||
+	    in->ndevices || in->position) {
 		refuse(req, fs, EINVAL, "'%s': ring info with a non-zero reserved field", fname);
 		return;
 	}

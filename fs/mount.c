@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -49,6 +50,8 @@ static const struct placefs_stat counter_rows[] = {
         COUNTER("xattr_formats", xattr_formats),
         COUNTER("client_errors", client_errors),
         COUNTER("log_suppressed", log_suppressed),
+        COUNTER("view_reads", view_reads),
+        COUNTER("view_bytes_read", view_bytes),
 };
 
 struct placefs_mount *placefs_mount_of(fuse_req_t req)
@@ -266,6 +269,197 @@ void placefs_mount_tune_readahead(struct placefs_mount *m)
 		            path, strerror(-rc));
 }
 
+/* ---- views and their aux files ---------------------------------------------------- */
+
+int placefs_mount_aux_ok(struct placefs_mount *m, size_t j)
+{
+	struct placefs_aux_file *a = &m->aux[j];
+	struct stat fst, st;
+	const char *why = NULL;
+	int rc = 0;
+
+	if (fstat(a->fd, &fst) != 0) {
+		rc = -EIO;
+		why = strerror(errno);
+	} else if (fst.st_size < a->st.st_size) {
+		rc = -EIO;
+		why = "it shrank";
+	} else if (fst.st_size != a->st.st_size || fst.st_dev != a->st.st_dev ||
+	           fst.st_ino != a->st.st_ino || fst.st_mtim.tv_sec != a->st.st_mtim.tv_sec ||
+	           fst.st_mtim.tv_nsec != a->st.st_mtim.tv_nsec ||
+	           fst.st_ctim.tv_sec != a->st.st_ctim.tv_sec ||
+	           fst.st_ctim.tv_nsec != a->st.st_ctim.tv_nsec) {
+		rc = -ESTALE;
+		why = "it was changed";
+	} else if (stat(a->path, &st) != 0 || st.st_dev != a->st.st_dev ||
+	           st.st_ino != a->st.st_ino) {
+		rc = -ESTALE;
+		why = "it was removed or replaced";
+	}
+	if (rc == 0) {
+		atomic_store_explicit(&a->bad, 0, memory_order_relaxed);
+		return 0;
+	}
+	atomic_fetch_add_explicit(&m->ctr.stale_refusals, 1, memory_order_relaxed);
+	if (atomic_exchange(&a->bad, 1) == 0)
+		placefs_log(LOG_ERR,
+		            "file %s of the views: %s since mount; its reads now fail with %s",
+		            a->path, why, rc == -ESTALE ? "ESTALE" : "EIO");
+	return rc;
+}
+
+static int cmp_aux(const void *a, const void *b)
+{
+	return strcmp(((const struct placefs_aux_file *)a)->name,
+	              ((const struct placefs_aux_file *)b)->name);
+}
+
+/* Opens one aux candidate `name` of directory `d`: 1 taken, 0 skipped, < 0 out of memory. */
+static int aux_open(struct placefs_mount *m, DIR *d, const char *name, const char *shown)
+{
+	const char *dir = placefs_ckpt_dir(m->ckpt);
+	struct placefs_aux_file *a;
+	struct stat st;
+	int fd;
+
+	/* Links followed; what is not a regular file (FIFO, device, directory) is left out unopened. */
+	if (fstatat(dirfd(d), name, &st, 0) != 0) {
+		placefs_log(LOG_WARNING, "%s/%s: %s; not shown in the views", dir, name,
+		            strerror(errno));
+		return 0;
+	}
+	if (!S_ISREG(st.st_mode))
+		return 0;
+	fd = placefs_ckpt_open_file(m->ckpt, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		placefs_log(LOG_WARNING, "%s/%s: %s; not shown in the views", dir, name,
+		            fd == -EXDEV || fd == -ELOOP
+		                    ? "a symbolic link that leads outside the source directory"
+		                    : strerror(-fd));
+		return 0;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0) != 0) {
+		close(fd);
+		return 0;
+	}
+	a = &m->aux[m->naux];
+	memset(a, 0, sizeof(*a));
+	a->fd = fd;
+	a->st = st;
+	atomic_init(&a->bad, 0);
+	a->name = strdup(shown);
+	if (asprintf(&a->path, "%s/%s", dir, name) < 0)
+		a->path = NULL;
+	m->naux++;
+	return a->name && a->path ? 1 : -ENOMEM;
+}
+
+/* The aux files: the source directory's top-level entries lib/view wants, sorted by name. */
+static int aux_scan(struct placefs_mount *m, struct placefs_error *err)
+{
+	struct dirent *de;
+	size_t skipped = 0, alloc = 0;
+	DIR *d;
+	int rc = 0;
+
+	if (!placefs_ckpt_is_dir(m->ckpt))
+		return 0;
+	d = opendir(placefs_ckpt_dir(m->ckpt));
+	if (!d) {
+		placefs_log(LOG_WARNING, "cannot list %s (%s): the views show no other files",
+		            placefs_ckpt_dir(m->ckpt), strerror(errno));
+		return 0;
+	}
+	while ((de = readdir(d)) != NULL) {
+		char shown[PLACEFS_NAME_MAX + 1];
+
+		if (!placefs_view_aux_name(m->ckpt, de->d_name, shown))
+			continue;
+		if (m->naux == PLACEFS_AUX_MAX) {
+			skipped++;
+			continue;
+		}
+		if (m->naux == alloc) {
+			size_t na = alloc ? alloc * 2 : 16;
+			struct placefs_aux_file *nv = realloc(m->aux, na * sizeof(*nv));
+
+			if (!nv) {
+				rc = -ENOMEM;
+				break;
+			}
+			m->aux = nv;
+			alloc = na;
+		}
+		rc = aux_open(m, d, de->d_name, shown);
+		if (rc < 0)
+			break;
+	}
+	closedir(d);
+	if (rc < 0)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	if (skipped)
+		placefs_log(LOG_WARNING,
+		            "%s: more than %d other files; %zu of them not shown in the views",
+		            placefs_ckpt_dir(m->ckpt), PLACEFS_AUX_MAX, skipped);
+	if (m->naux)
+		qsort(m->aux, m->naux, sizeof(*m->aux), cmp_aux);
+	return 0;
+}
+
+/* One view built on a thread of its own: the three only read the checkpoint and the plan. */
+struct view_job {
+	struct placefs_mount *m;
+	int kind;
+	const char *text;
+	size_t len;
+	int rc;
+	struct placefs_error err;
+};
+
+static void *view_job_run(void *arg)
+{
+	struct view_job *j = arg;
+
+	placefs_error_clear(&j->err);
+	j->rc = placefs_view_create(j->m->ckpt, j->m->plan, (enum placefs_view_kind)j->kind,
+	                            j->text, j->len, &j->m->views[j->kind], &j->err);
+	return NULL;
+}
+
+static int views_init(struct placefs_mount *m, struct placefs_error *err)
+{
+	struct view_job jobs[PLACEFS_VIEW_KINDS];
+	pthread_t tid[PLACEFS_VIEW_KINDS];
+	bool started[PLACEFS_VIEW_KINDS];
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = placefs_view_read_index(m->ckpt, &text, &len, err);
+	if (rc)
+		return rc;
+	/* In parallel: at 100,000 tensors each view costs some tens of milliseconds. */
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		jobs[k] = (struct view_job){.m = m, .kind = k, .text = text, .len = len};
+		started[k] = k > 0 && pthread_create(&tid[k], NULL, view_job_run, &jobs[k]) == 0;
+	}
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		if (!started[k])
+			view_job_run(&jobs[k]);
+	}
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		if (started[k])
+			pthread_join(tid[k], NULL);
+	}
+	free(text);
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		if (jobs[k].rc)
+			return placefs_error_set(err, jobs[k].rc, jobs[k].err.kind, "%s",
+			                         jobs[k].err.msg);
+	}
+	return aux_scan(m, err);
+}
+
 /* ---- life cycle ------------------------------------------------------------------ */
 
 int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
@@ -325,7 +519,7 @@ int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
 			m->map_len[i] = (size_t)s->size;
 		}
 	}
-	return 0;
+	return views_init(m, err);
 nomem:
 	return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 }
@@ -333,15 +527,31 @@ nomem:
 int placefs_mount_make_tree(struct placefs_mount *m, const char *plan_note,
                             struct placefs_error *err)
 {
+	struct placefs_vtree_views views;
+	struct placefs_vtree_aux *aux;
 	struct timespec now;
+	int rc;
 
 	clock_gettime(CLOCK_REALTIME, &now);
 	m->nxattrs = placefs_plan_count(m->plan);
 	m->xattrs = calloc(m->nxattrs ? m->nxattrs : 1, sizeof(*m->xattrs));
-	if (!m->xattrs)
+	aux = calloc(m->naux ? m->naux : 1, sizeof(*aux));
+	if (!m->xattrs || !aux) {
+		free(aux);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
-	return placefs_vtree_create(m->ckpt, m->plan, m->opts->source, plan_note, getuid(),
-	                            getgid(), now, &m->vt, err);
+	}
+	memset(&views, 0, sizeof(views));
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++)
+		views.view[k] = m->views[k];
+	for (size_t j = 0; j < m->naux; j++)
+		aux[j] = (struct placefs_vtree_aux){m->aux[j].name, m->aux[j].fd, &m->aux[j].st};
+	views.aux = aux;
+	views.naux = m->naux;
+	/* Without the views (a zeroed mount in a test), no .placefs/views. */
+	rc = placefs_vtree_create(m->ckpt, m->plan, m->opts->source, plan_note, getuid(), getgid(),
+	                          now, m->views[0] ? &views : NULL, &m->vt, err);
+	free(aux); /* the tree copies the array */
+	return rc;
 }
 
 void placefs_mount_release(struct placefs_mount *m)
@@ -378,6 +588,19 @@ void placefs_mount_release(struct placefs_mount *m)
 	free(m->map_len);
 	free(m->health);
 	placefs_vtree_free(m->vt);
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		placefs_view_free(m->views[k]);
+		m->views[k] = NULL;
+	}
+	for (i = 0; m->aux && i < m->naux; i++) {
+		if (m->aux[i].fd >= 0)
+			close(m->aux[i].fd);
+		free(m->aux[i].name);
+		free(m->aux[i].path);
+	}
+	free(m->aux);
+	m->aux = NULL;
+	m->naux = 0;
 	m->maps = NULL;
 	m->map_len = NULL;
 	m->health = NULL;

@@ -46,6 +46,7 @@
 #include "error.h"
 #include "opts.h"
 #include "plan.h"
+#include "view.h"
 #include "vtree.h"
 
 #define PLACEFS_SHARD_QUIET_NS  (1000ULL * 1000 * 1000)
@@ -67,6 +68,24 @@ struct placefs_counters {
 	atomic_uint_fast64_t xattr_formats;  /* tensor xattr sets formatted: one per inode asked */
 	atomic_uint_fast64_t client_errors;  /* staging requests refused or failed (not timeouts) */
 	atomic_uint_fast64_t log_suppressed; /* log lines about client errors held back */
+	atomic_uint_fast64_t view_reads;     /* READ requests served on .placefs/views files */
+	atomic_uint_fast64_t view_bytes;     /* bytes they served */
+};
+
+/* At most this many aux files are shown in the views (one descriptor each). */
+#define PLACEFS_AUX_MAX 4096
+
+/*
+ * An aux file of the views (lib/view.h: a top-level file of the source
+ * that is no shard or index), opened at mount beneath the source directory
+ * as shards are (placefs_ckpt_open_file()), validated as a regular file.
+ */
+struct placefs_aux_file {
+	char *name;     /* as the views show it */
+	char *path;     /* source directory joined with its name, for the staleness check */
+	int fd;         /* read-only, for the life of the mount */
+	struct stat st; /* as validated at mount: its size is the file's in the views */
+	atomic_int bad; /* 1 once a check failed (logged once) */
 };
 
 struct placefs_shard_health; /* per shard, private to fs/mount.c */
@@ -119,6 +138,11 @@ struct placefs_mount {
 	struct placefs_xattr_set *_Atomic *xattrs;
 	size_t nxattrs;
 
+	/* The views (lib/view.h) and their aux files, made by placefs_mount_init(). */
+	struct placefs_view *views[PLACEFS_VIEW_KINDS];
+	struct placefs_aux_file *aux; /* naux, sorted by name */
+	size_t naux;
+
 	struct placefs_push *push;   /* page-cache pusher (fs/push.h), or NULL: off */
 	struct placefs_ioctl *stage; /* the staging glue (fs/ioctl.h), set by main() */
 };
@@ -129,8 +153,12 @@ struct placefs_mount *placefs_mount_of(fuse_req_t req);
 /*
  * Fills m (zeroed by the caller) for an open checkpoint and its plan: shard
  * health, counters and, for read_mode=mmap, a read-only mapping of every
- * shard (a shard that cannot be mapped is logged and served with pread).
- * Takes no ownership of opts, ckpt or plan. Returns 0 or -ENOMEM with a message.
+ * shard (a shard that cannot be mapped is logged and served with pread);
+ * then the three views and their aux files (a top-level entry that is not
+ * a regular file, or a link that leads out of the source, is skipped; what
+ * cannot be opened is logged and skipped). Takes no ownership of opts, ckpt
+ * or plan. Returns 0 or a negative errno with a message (-ENOMEM; the
+ * errors of placefs_view_create() and placefs_view_read_index()).
  */
 int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
                        struct placefs_ckpt *ckpt, struct placefs_plan *plan,
@@ -157,6 +185,14 @@ void placefs_mount_release(struct placefs_mount *m);
  * Returns 0, -ESTALE or -EIO. A passing check ends CHANGED, not failing reads.
  */
 int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i);
+
+/*
+ * Verifies aux file j as shards are verified (fstat of its descriptor, stat
+ * of its path: device, inode, size, mtime and ctime as validated; an aux
+ * file has no header to compare, so any change counts). Returns 0, -EIO
+ * (it shrank) or -ESTALE; the first failure is logged.
+ */
+int placefs_mount_aux_ok(struct placefs_mount *m, size_t j);
 
 /* Whether shard i is OK as far as the last requests found (one relaxed load, no check). */
 bool placefs_mount_shard_healthy(const struct placefs_mount *m, uint32_t i);

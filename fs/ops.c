@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "io.h"
@@ -450,6 +451,19 @@ static void placefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 		}
 		atomic_fetch_add_explicit(&m->ctr.opens, 1, memory_order_relaxed);
 		return;
+	case PLACEFS_V_VIEW_SHARD:
+	case PLACEFS_V_AUX:
+		/* As a tensor: the source is checked, the cache kept (MAP_SHARED works). */
+		rc = node.kind == PLACEFS_V_AUX
+		             ? placefs_mount_aux_ok(m, node.entry)
+		             : placefs_mount_shard_ok(
+		                       m, placefs_view_file_shard(m->views[node.view], node.entry));
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+		/* fall through */
+	case PLACEFS_V_VIEW_INDEX:
 	case PLACEFS_V_FILE:
 		if (fi->flags & O_DIRECT)
 			fi->direct_io = 1;
@@ -548,6 +562,152 @@ fail:
 	fuse_reply_err(req, -rc);
 }
 
+/* Pieces of a view file per READ served from the mappings in one writev; more: copied. */
+#define VIEW_IOV_MAX 64
+
+/*
+ * Serves [off, off + size) of view file `node` (lib/view.h's segment map):
+ * the header from memory, the payload from the shard as read_tensor() does
+ * (one writev from the shard's mapping in read_mode=mmap, else pread into
+ * the thread's buffer), after the same shard check.
+ */
+static void read_view(fuse_req_t req, struct placefs_mount *m, const struct placefs_vnode *node,
+                      size_t size, off_t off)
+{
+	const struct placefs_view *v = m->views[node->view];
+	struct placefs_view_piece pc[VIEW_IOV_MAX];
+	struct iovec iov[VIEW_IOV_MAX];
+	struct placefs_error err;
+	uint32_t sh = placefs_view_file_shard(v, node->entry);
+	uint64_t fsize = placefs_view_file_size(v, node->entry), mapped, pos;
+	const uint8_t *hdr = NULL, *map;
+	size_t n, len, at;
+	char *buf;
+	int rc;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if ((uint64_t)off >= fsize) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	len = fsize - (uint64_t)off < size ? (size_t)(fsize - (uint64_t)off) : size;
+	if (m->check_reads && (rc = placefs_mount_shard_ok(m, sh)) < 0)
+		goto fail;
+	if ((uint64_t)off < placefs_view_file_header_size(v, node->entry)) {
+		placefs_error_clear(&err);
+		hdr = placefs_view_header(v, node->entry, &err);
+		if (!hdr) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+	}
+	map = placefs_mount_shard_map(m, sh);
+	n = placefs_view_map(v, node->entry, (uint64_t)off, len, pc, VIEW_IOV_MAX, &mapped);
+	if (map && mapped == len) {
+		for (size_t k = 0; k < n; k++) {
+			iov[k].iov_base =
+			        (void *)(pc[k].src == PLACEFS_VIEW_SRC_HEADER ? hdr + pc[k].off
+			                                                      : map + pc[k].off);
+			iov[k].iov_len = (size_t)pc[k].len;
+		}
+		/* As read_tensor(): the kernel copies from the mapping; a fault fails the reply. */
+		rc = fuse_reply_iov(req, iov, (int)n);
+		if (rc < 0) {
+			atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
+			placefs_mount_shard_map_failed(m, sh, n ? pc[n - 1].off : 0, rc);
+			return;
+		}
+		goto done;
+	}
+	buf = thread_buf(len);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (at = 0, pos = (uint64_t)off; at < len; pos += mapped) {
+		n = placefs_view_map(v, node->entry, pos, len - at, pc, VIEW_IOV_MAX, &mapped);
+		if (n == 0) {
+			rc = -EIO;
+			goto fail;
+		}
+		for (size_t k = 0; k < n; k++) {
+			ssize_t got;
+
+			if (pc[k].src == PLACEFS_VIEW_SRC_HEADER) {
+				memcpy(buf + at, hdr + pc[k].off, (size_t)pc[k].len);
+				at += (size_t)pc[k].len;
+				continue;
+			}
+			got = placefs_io_pread_full(placefs_ckpt_shard(m->ckpt, sh)->fd, buf + at,
+			                            (size_t)pc[k].len, pc[k].off);
+			if (got < 0 || (uint64_t)got < pc[k].len) {
+				placefs_mount_shard_read_failed(
+				        m, sh, got < 0 ? pc[k].off : pc[k].off + (uint64_t)got,
+				        got < 0 ? (int)-got : 0);
+				rc = -EIO;
+				goto fail;
+			}
+			at += (size_t)pc[k].len;
+		}
+	}
+	fuse_reply_buf(req, buf, len);
+done:
+	placefs_mount_shard_read_ok(m, sh);
+	atomic_fetch_add_explicit(&m->ctr.view_reads, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m->ctr.view_bytes, len, memory_order_relaxed);
+	return;
+fail:
+	atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
+	fuse_reply_err(req, -rc);
+}
+
+/* Serves [off, off + size) of aux file j with pread, its size fixed at mount. */
+static void read_aux(fuse_req_t req, struct placefs_mount *m, size_t j, size_t size, off_t off)
+{
+	const struct placefs_aux_file *a = &m->aux[j];
+	uint64_t fsize = (uint64_t)a->st.st_size;
+	ssize_t got;
+	size_t len;
+	char *buf;
+	int rc;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if ((uint64_t)off >= fsize) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	len = fsize - (uint64_t)off < size ? (size_t)(fsize - (uint64_t)off) : size;
+	if (m->check_reads && (rc = placefs_mount_aux_ok(m, j)) < 0)
+		goto fail;
+	buf = thread_buf(len);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	got = placefs_io_pread_full(a->fd, buf, len, (uint64_t)off);
+	if (got < 0 || (size_t)got < len) {
+		/* Never fewer bytes than the size shown. */
+		placefs_log(LOG_ERR, "file %s of the views: %s at byte %llu", a->path,
+		            got < 0 ? strerror((int)-got) : "short read",
+		            (unsigned long long)off + (got > 0 ? (unsigned long long)got : 0));
+		rc = -EIO;
+		goto fail;
+	}
+	fuse_reply_buf(req, buf, len);
+	atomic_fetch_add_explicit(&m->ctr.view_reads, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m->ctr.view_bytes, len, memory_order_relaxed);
+	return;
+fail:
+	atomic_fetch_add_explicit(&m->ctr.read_errors, 1, memory_order_relaxed);
+	fuse_reply_err(req, -rc);
+}
+
 /*
  * Exactly the source bytes for any offset and length; 0 bytes at or past the
  * end. Valid replies: fuse_reply_buf, fuse_reply_err (ESTALE, EIO, EISDIR,
@@ -569,6 +729,21 @@ static void placefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 	switch (node.kind) {
 	case PLACEFS_V_TENSOR: read_tensor(req, m, ino, size, off); return;
 	case PLACEFS_V_FILE: reply_slice(req, node.data, node.len, size, off); return;
+	case PLACEFS_V_VIEW_SHARD: read_view(req, m, &node, size, off); return;
+	case PLACEFS_V_AUX: read_aux(req, m, node.entry, size, off); return;
+	case PLACEFS_V_VIEW_INDEX: {
+		const struct placefs_view *v = m->views[node.view];
+		struct placefs_error err;
+		const char *text;
+
+		placefs_error_clear(&err);
+		text = placefs_view_index(v, &err);
+		if (!text)
+			fuse_reply_err(req, ENOMEM);
+		else
+			reply_slice(req, text, (size_t)placefs_view_index_size(v), size, off);
+		return;
+	}
 	case PLACEFS_V_STATS:
 		cb = ctl_buf_get(fi->fh);
 		reply_slice(req, cb->data, cb->len, size, off);

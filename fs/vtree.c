@@ -17,6 +17,27 @@ struct shard_access {
 	mode_t mode; /* read bits only (0444 at most) */
 };
 
+/* A child of a view directory. */
+struct vchild {
+	const char *name;
+	uint64_t ino;
+};
+
+/* The views part of the tree (inode numbers from `base`). */
+struct vparts {
+	int on;
+	uint64_t base; /* the views directory */
+	uint64_t end;  /* first number past the views */
+	const struct placefs_view *view[PLACEFS_VIEW_KINDS];
+	uint64_t first[PLACEFS_VIEW_KINDS];        /* the view's first file */
+	struct vchild *list[PLACEFS_VIEW_KINDS];   /* listing order */
+	struct vchild *sorted[PLACEFS_VIEW_KINDS]; /* by name, for lookup */
+	size_t nlist[PLACEFS_VIEW_KINDS];
+	struct placefs_vtree_aux *aux; /* in the caller's order */
+	struct shard_access *aux_access;
+	size_t naux;
+};
+
 struct placefs_vtree {
 	const struct placefs_ckpt *ck;
 	const struct placefs_plan *plan;
@@ -30,6 +51,7 @@ struct placefs_vtree {
 	char *text[3]; /* plan, plan.json, metadata.json */
 	size_t text_len[3];
 	uint64_t total_bytes;
+	struct vparts v;
 };
 
 /* The nodes that exist in every mount, indexed by inode number. */
@@ -55,6 +77,7 @@ static const uint64_t ctl_children[] = {
         PLACEFS_INO_PLAN,     PLACEFS_INO_PLAN_JSON, PLACEFS_INO_STATS,
         PLACEFS_INO_METADATA, PLACEFS_INO_BYPL_DIR,
 };
+#define N_CTL (sizeof(ctl_children) / sizeof(ctl_children[0]))
 static const uint64_t bypl_children[] = {PLACEFS_INO_GPU_DIR, PLACEFS_INO_CPU_DIR};
 
 static int format_metadata(const struct placefs_ckpt *ck, struct placefs_strbuf *sb)
@@ -141,9 +164,75 @@ static mode_t shard_read_bits(int fd, const struct stat *st)
 	return bits;
 }
 
+static int cmp_child(const void *a, const void *b)
+{
+	return strcmp(((const struct vchild *)a)->name, ((const struct vchild *)b)->name);
+}
+
+/* Numbers the views' nodes after the links and builds each view directory's listing. */
+static int build_views(struct placefs_vtree *vt, const struct placefs_vtree_views *views,
+                       struct placefs_error *err)
+{
+	struct vparts *v = &vt->v;
+	uint64_t next;
+	int k;
+
+	v->on = 1;
+	v->base = PLACEFS_INO_FIRST + 2 * (uint64_t)vt->n;
+	v->naux = views->naux;
+	v->aux = calloc(v->naux ? v->naux : 1, sizeof(*v->aux));
+	v->aux_access = calloc(v->naux ? v->naux : 1, sizeof(*v->aux_access));
+	if (!v->aux || !v->aux_access)
+		goto nomem;
+	if (v->naux)
+		memcpy(v->aux, views->aux, v->naux * sizeof(*v->aux));
+	for (size_t j = 0; j < v->naux; j++) {
+		v->aux_access[j].uid = v->aux[j].st->st_uid;
+		v->aux_access[j].gid = v->aux[j].st->st_gid;
+		v->aux_access[j].mode = shard_read_bits(v->aux[j].fd, v->aux[j].st);
+	}
+	next = v->base + 1 + PLACEFS_VIEW_KINDS + (uint64_t)v->naux;
+	for (k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		const struct placefs_view *w = views->view[k];
+		size_t nf = w ? placefs_view_file_count(w) : 0, at = 0;
+		int has_index = w && placefs_view_has_index(w);
+
+		v->view[k] = w;
+		v->first[k] = next;
+		v->nlist[k] = v->naux + nf + (size_t)has_index;
+		v->list[k] = calloc(v->nlist[k] ? v->nlist[k] : 1, sizeof(struct vchild));
+		v->sorted[k] = calloc(v->nlist[k] ? v->nlist[k] : 1, sizeof(struct vchild));
+		if (!v->list[k] || !v->sorted[k])
+			goto nomem;
+		for (size_t j = 0; j < v->naux; j++)
+			v->list[k][at++] = (struct vchild){v->aux[j].name,
+			                                   v->base + 1 + PLACEFS_VIEW_KINDS + j};
+		for (size_t i = 0; i < nf; i++)
+			v->list[k][at++] = (struct vchild){placefs_view_file_name(w, i), next + i};
+		if (has_index)
+			v->list[k][at++] = (struct vchild){placefs_view_index_name(w), next + nf};
+		memcpy(v->sorted[k], v->list[k], v->nlist[k] * sizeof(struct vchild));
+		qsort(v->sorted[k], v->nlist[k], sizeof(struct vchild), cmp_child);
+		for (size_t j = 1; j < v->nlist[k]; j++) {
+			if (strcmp(v->sorted[k][j - 1].name, v->sorted[k][j].name) == 0)
+				return placefs_error_set(
+				        err, -EINVAL, PLACEFS_E_SOURCE,
+				        "view %s: two files named %s",
+				        placefs_view_kind_name((enum placefs_view_kind)k),
+				        v->sorted[k][j].name);
+		}
+		next += nf + (uint64_t)has_index;
+	}
+	v->end = next;
+	return 0;
+nomem:
+	return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+}
+
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
                          const char *source, const char *plan_note, uid_t uid, gid_t gid,
-                         struct timespec now, struct placefs_vtree **out, struct placefs_error *err)
+                         struct timespec now, const struct placefs_vtree_views *views,
+                         struct placefs_vtree **out, struct placefs_error *err)
 {
 	struct placefs_vtree *vt;
 	struct placefs_strbuf sb;
@@ -215,6 +304,8 @@ int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_pla
 		}
 		vt->text[k] = placefs_strbuf_detach(&sb, &vt->text_len[k]);
 	}
+	if (views && (rc = build_views(vt, views, err)) < 0)
+		goto fail;
 	*out = vt;
 	return 0;
 nomem:
@@ -235,6 +326,12 @@ void placefs_vtree_free(struct placefs_vtree *vt)
 		free(vt->list[k]);
 	for (k = 0; k < 3; k++)
 		free(vt->text[k]);
+	for (k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		free(vt->v.list[k]);
+		free(vt->v.sorted[k]);
+	}
+	free(vt->v.aux);
+	free(vt->v.aux_access);
 	free(vt->access);
 	free(vt);
 }
@@ -261,6 +358,62 @@ static int split_ino(const struct placefs_vtree *vt, uint64_t ino, enum placefs_
 	return -ENOENT;
 }
 
+#define N_KINDS ((uint64_t)PLACEFS_VIEW_KINDS)
+
+/* Decodes a number of the views part into *node. 0 or -ENOENT. */
+static int view_node(const struct placefs_vtree *vt, uint64_t ino, struct placefs_vnode *node)
+{
+	const struct vparts *v = &vt->v;
+
+	if (!v->on || ino < v->base || ino >= v->end)
+		return -ENOENT;
+	if (ino <= v->base + N_KINDS) {
+		node->kind = PLACEFS_V_DIR;
+		node->view = ino == v->base ? -1 : (int)(ino - v->base - 1);
+		return 0;
+	}
+	if (ino < v->base + 1 + N_KINDS + v->naux) {
+		node->kind = PLACEFS_V_AUX;
+		node->entry = (size_t)(ino - v->base - 1 - N_KINDS);
+		return 0;
+	}
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		const struct placefs_view *w = v->view[k];
+		uint64_t nf = w ? placefs_view_file_count(w) : 0;
+
+		if (ino < v->first[k] || ino > v->first[k] + nf)
+			continue;
+		node->view = k;
+		if (ino < v->first[k] + nf) {
+			node->kind = PLACEFS_V_VIEW_SHARD;
+			node->entry = (size_t)(ino - v->first[k]);
+			return 0;
+		}
+		if (w && placefs_view_has_index(w)) {
+			node->kind = PLACEFS_V_VIEW_INDEX;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+const struct placefs_view *placefs_vtree_view(const struct placefs_vtree *vt, int kind)
+{
+	if (!vt->v.on || kind < 0 || kind >= PLACEFS_VIEW_KINDS)
+		return NULL;
+	return vt->v.view[kind];
+}
+
+int placefs_vtree_aux_count(const struct placefs_vtree *vt)
+{
+	return (int)vt->v.naux;
+}
+
+const struct placefs_vtree_aux *placefs_vtree_aux(const struct placefs_vtree *vt, size_t j)
+{
+	return j < vt->v.naux ? &vt->v.aux[j] : NULL;
+}
+
 int placefs_vtree_get(const struct placefs_vtree *vt, uint64_t ino, struct placefs_vnode *node)
 {
 	memset(node, 0, sizeof(*node));
@@ -275,7 +428,9 @@ int placefs_vtree_get(const struct placefs_vtree *vt, uint64_t ino, struct place
 		}
 		return 0;
 	}
-	return split_ino(vt, ino, &node->kind, &node->entry);
+	if (split_ino(vt, ino, &node->kind, &node->entry) == 0)
+		return 0;
+	return view_node(vt, ino, node);
 }
 
 const struct placefs_plan_entry *placefs_vtree_entry(const struct placefs_vtree *vt, uint64_t ino)
@@ -323,11 +478,46 @@ int placefs_vtree_stat(const struct placefs_vtree *vt, uint64_t ino, struct stat
 		/* "." plus the entry in the parent, plus one ".." per subdirectory. */
 		if (ino == PLACEFS_INO_BYPL_DIR)
 			st->st_nlink = 4;
-		else if (ino == PLACEFS_INO_ROOT || ino == PLACEFS_INO_CTL_DIR)
+		else if (ino == PLACEFS_INO_CTL_DIR)
+			st->st_nlink = 3 + (nlink_t)vt->v.on;
+		else if (ino == PLACEFS_INO_ROOT)
 			st->st_nlink = 3;
+		else if (vt->v.on && ino == vt->v.base)
+			st->st_nlink = 2 + PLACEFS_VIEW_KINDS;
 		else
 			st->st_nlink = 2;
 		break;
+	case PLACEFS_V_VIEW_SHARD: {
+		const struct placefs_view *w = vt->v.view[node.view];
+		uint32_t sh = placefs_view_file_shard(w, node.entry);
+
+		s = placefs_ckpt_shard(vt->ck, sh);
+		st->st_mode = S_IFREG | vt->access[sh].mode;
+		st->st_uid = vt->access[sh].uid;
+		st->st_gid = vt->access[sh].gid;
+		set_size(st, placefs_view_file_size(w, node.entry));
+		st->st_atim = s->mtime;
+		st->st_mtim = s->mtime;
+		st->st_ctim = s->mtime;
+		break;
+	}
+	case PLACEFS_V_VIEW_INDEX:
+		st->st_mode = S_IFREG | 0444;
+		set_size(st, placefs_view_index_size(vt->v.view[node.view]));
+		break;
+	case PLACEFS_V_AUX: {
+		const struct placefs_vtree_aux *a = &vt->v.aux[node.entry];
+
+		st->st_mode = S_IFREG | vt->v.aux_access[node.entry].mode;
+		st->st_uid = vt->v.aux_access[node.entry].uid;
+		st->st_gid = vt->v.aux_access[node.entry].gid;
+		st->st_nlink = PLACEFS_VIEW_KINDS;
+		set_size(st, (uint64_t)a->st->st_size);
+		st->st_atim = a->st->st_mtim;
+		st->st_mtim = a->st->st_mtim;
+		st->st_ctim = a->st->st_mtim;
+		break;
+	}
 	case PLACEFS_V_FILE:
 		st->st_mode = S_IFREG | 0444;
 		set_size(st, node.len);
@@ -367,9 +557,29 @@ static int check_dir(const struct placefs_vtree *vt, uint64_t dir)
 {
 	if (is_dir(dir))
 		return 0;
-	if (dir == 0 || dir >= PLACEFS_INO_FIRST + 2 * (uint64_t)vt->n)
+	if (vt->v.on && dir >= vt->v.base && dir <= vt->v.base + N_KINDS)
+		return 0;
+	if (dir == 0 || dir >= (vt->v.on ? vt->v.end : PLACEFS_INO_FIRST + 2 * (uint64_t)vt->n))
 		return -ENOENT;
 	return -ENOTDIR;
+}
+
+/* Lookup in the views directory or a view directory (check_dir() passed). */
+static int64_t view_lookup(const struct placefs_vtree *vt, uint64_t parent, const char *name)
+{
+	const struct vparts *v = &vt->v;
+	struct vchild key = {name, 0}, *hit;
+	size_t k;
+
+	if (parent == v->base) {
+		for (k = 0; k < PLACEFS_VIEW_KINDS; k++)
+			if (strcmp(name, placefs_view_kind_name((enum placefs_view_kind)k)) == 0)
+				return (int64_t)(v->base + 1 + k);
+		return 0;
+	}
+	k = (size_t)(parent - v->base - 1);
+	hit = bsearch(&key, v->sorted[k], v->nlist[k], sizeof(key), cmp_child);
+	return hit ? (int64_t)hit->ino : 0;
 }
 
 int64_t placefs_vtree_lookup(const struct placefs_vtree *vt, uint64_t parent, const char *name)
@@ -382,6 +592,10 @@ int64_t placefs_vtree_lookup(const struct placefs_vtree *vt, uint64_t parent, co
 	rc = check_dir(vt, parent);
 	if (rc < 0)
 		return rc;
+	if (vt->v.on && parent >= vt->v.base)
+		return view_lookup(vt, parent, name);
+	if (parent == PLACEFS_INO_CTL_DIR && vt->v.on && strcmp(name, PLACEFS_VIEWS_NAME) == 0)
+		return (int64_t)vt->v.base;
 	switch (parent) {
 	case PLACEFS_INO_ROOT:
 		if (strcmp(name, PLACEFS_CTL_NAME) == 0)
@@ -418,9 +632,13 @@ int64_t placefs_vtree_dir_count(const struct placefs_vtree *vt, uint64_t dir)
 
 	if (rc < 0)
 		return rc;
+	if (vt->v.on && dir == vt->v.base)
+		return PLACEFS_VIEW_KINDS;
+	if (vt->v.on && dir > vt->v.base)
+		return (int64_t)vt->v.nlist[dir - vt->v.base - 1];
 	switch (dir) {
 	case PLACEFS_INO_ROOT: return (int64_t)(1 + vt->n);
-	case PLACEFS_INO_CTL_DIR: return (int64_t)(sizeof(ctl_children) / sizeof(ctl_children[0]));
+	case PLACEFS_INO_CTL_DIR: return (int64_t)(N_CTL + (size_t)vt->v.on);
 	case PLACEFS_INO_BYPL_DIR:
 		return (int64_t)(sizeof(bypl_children) / sizeof(bypl_children[0]));
 	case PLACEFS_INO_GPU_DIR: return (int64_t)vt->nlist[PLACEFS_PLACE_GPU];
@@ -440,6 +658,23 @@ int placefs_vtree_dir_child(const struct placefs_vtree *vt, uint64_t dir, size_t
 		return (int)count;
 	if ((uint64_t)i >= (uint64_t)count)
 		return -ENOENT;
+	if (vt->v.on && dir == vt->v.base) {
+		*ino = vt->v.base + 1 + i;
+		*name = placefs_view_kind_name((enum placefs_view_kind)i);
+		return 0;
+	}
+	if (vt->v.on && dir > vt->v.base) {
+		const struct vchild *c = &vt->v.list[dir - vt->v.base - 1][i];
+
+		*ino = c->ino;
+		*name = c->name;
+		return 0;
+	}
+	if (dir == PLACEFS_INO_CTL_DIR && i == N_CTL) {
+		*ino = vt->v.base;
+		*name = PLACEFS_VIEWS_NAME;
+		return 0;
+	}
 	switch (dir) {
 	case PLACEFS_INO_ROOT:
 		if (i == 0) {
@@ -473,8 +708,20 @@ uint64_t placefs_vtree_parent(const struct placefs_vtree *vt, uint64_t ino)
 		return 0;
 	if (ino < PLACEFS_INO_FIRST)
 		return fixed[ino].parent;
-	if (split_ino(vt, ino, &kind, &entry) < 0)
-		return 0;
+	if (split_ino(vt, ino, &kind, &entry) < 0) {
+		struct placefs_vnode node;
+
+		memset(&node, 0, sizeof(node));
+		if (view_node(vt, ino, &node) < 0)
+			return 0;
+		if (ino == vt->v.base)
+			return PLACEFS_INO_CTL_DIR;
+		if (node.kind == PLACEFS_V_DIR)
+			return vt->v.base;
+		if (node.kind == PLACEFS_V_AUX)
+			return vt->v.base + 1 + PLACEFS_VIEW_ALL;
+		return vt->v.base + 1 + (uint64_t)node.view;
+	}
 	if (kind == PLACEFS_V_TENSOR)
 		return PLACEFS_INO_ROOT;
 	e = placefs_plan_entry(vt->plan, entry);
@@ -489,8 +736,11 @@ int placefs_vtree_readlink(const struct placefs_vtree *vt, uint64_t ino, char *b
 
 	if (ino < PLACEFS_INO_FIRST)
 		return ino == 0 ? -ENOENT : -EINVAL;
-	if (split_ino(vt, ino, &kind, &entry) < 0)
-		return -ENOENT;
+	if (split_ino(vt, ino, &kind, &entry) < 0) {
+		struct placefs_vnode node;
+
+		return view_node(vt, ino, &node) == 0 ? -EINVAL : -ENOENT;
+	}
 	if (kind != PLACEFS_V_LINK)
 		return -EINVAL;
 	n = snprintf(buf, len, "%s%s", PLACEFS_LINK_PREFIX,
@@ -500,6 +750,8 @@ int placefs_vtree_readlink(const struct placefs_vtree *vt, uint64_t ino, char *b
 
 uint64_t placefs_vtree_inode_count(const struct placefs_vtree *vt)
 {
+	if (vt->v.on)
+		return vt->v.end - 1;
 	return PLACEFS_INO_FIRST - 1 + 2 * (uint64_t)vt->n;
 }
 

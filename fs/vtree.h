@@ -10,12 +10,25 @@
  *   /.placefs/stats            live counters (generated at open)
  *   /.placefs/metadata.json    each shard's __metadata__
  *   /.placefs/by-placement/{gpu,cpu}/<fname>  symlink -> ../../../<fname>
+ *   /.placefs/views/                   model-directory views (lib/view.h)
+ *   /.placefs/views/{all,gpu,cpu}/     one loadable model directory each:
+ *       <aux>                          each top-level file of the source that
+ *                                      is no shard or index (config.json...),
+ *                                      byte for byte; one inode in all three
+ *       <shard name>                   a safetensors file of the view's tensors
+ *                                      of that shard (generated header, then
+ *                                      the source's payload bytes)
+ *       <index name>                   the view's index, when the source has one
  *
  * Inode numbers: the fixed nodes first (PLACEFS_INO_*), then tensor i at
  * PLACEFS_INO_FIRST + i, then its by-placement link at
- * PLACEFS_INO_FIRST + n + i. Tensor and link nodes are not stored: their
- * attributes are computed from the plan entry and its shard, so the table
- * costs O(1) memory per tensor beyond the two per-placement child lists.
+ * PLACEFS_INO_FIRST + n + i; then, from V = PLACEFS_INO_FIRST + 2n: the
+ * views directory V, the view directories V + 1 + kind, the aux files
+ * from V + 4, then each view's files and its index, view after view.
+ * Tensor and link nodes are not stored: their attributes are computed
+ * from the plan entry and its shard, so the table costs O(1) memory per
+ * tensor beyond the two per-placement child lists (views: O(shards + aux
+ * files) here, O(tensors) in lib/view).
  * Lookup is placefs_plan_find(), O(log n). The tree is made complete by
  * placefs_vtree_create() (the daemon makes it last before mounting, once
  * the stager's line for .placefs/plan is known) and nothing changes after,
@@ -33,6 +46,7 @@
 #include "ckpt.h"
 #include "error.h"
 #include "plan.h"
+#include "view.h"
 
 enum {
 	PLACEFS_INO_ROOT = 1, /* FUSE_ROOT_ID */
@@ -53,18 +67,38 @@ enum {
 enum placefs_vkind {
 	PLACEFS_V_NONE = 0,
 	PLACEFS_V_DIR,
-	PLACEFS_V_TENSOR, /* `entry` is the plan entry */
-	PLACEFS_V_FILE,   /* control file with fixed content */
-	PLACEFS_V_STATS,  /* control file generated at each open */
-	PLACEFS_V_LINK,   /* by-placement symlink to plan entry `entry` */
+	PLACEFS_V_TENSOR,     /* `entry` is the plan entry */
+	PLACEFS_V_FILE,       /* control file with fixed content */
+	PLACEFS_V_STATS,      /* control file generated at each open */
+	PLACEFS_V_LINK,       /* by-placement symlink to plan entry `entry` */
+	PLACEFS_V_VIEW_SHARD, /* file `entry` of view `view` (lib/view.h) */
+	PLACEFS_V_VIEW_INDEX, /* the index of view `view` */
+	PLACEFS_V_AUX,        /* aux file `entry` (struct placefs_vtree_views) */
 };
 
 struct placefs_vnode {
 	enum placefs_vkind kind;
 	uint64_t ino;
-	size_t entry;     /* TENSOR, LINK */
+	size_t entry;     /* TENSOR, LINK, VIEW_SHARD, AUX */
+	int view;         /* VIEW_SHARD, VIEW_INDEX: enum placefs_view_kind */
 	const char *data; /* FILE: content */
 	size_t len;       /* FILE: content length */
+};
+
+#define PLACEFS_VIEWS_NAME "views"
+
+/* One top-level file of the source shown in every view (fs/mount.c opens them). */
+struct placefs_vtree_aux {
+	const char *name;      /* as the views show it (lib/view's placefs_view_aux_name()) */
+	int fd;                /* open on it, for its ACL */
+	const struct stat *st; /* as validated at mount: size, owner, mode, mtime */
+};
+
+/* What .placefs/views shows; the views and the aux array must outlive the tree. */
+struct placefs_vtree_views {
+	const struct placefs_view *view[PLACEFS_VIEW_KINDS];
+	const struct placefs_vtree_aux *aux; /* naux entries, in listing order */
+	size_t naux;
 };
 
 struct placefs_vtree;
@@ -79,12 +113,16 @@ struct placefs_vtree;
  * group and other as the shard has them; with a POSIX ACL on the shard the
  * group may read only if both its entry and the mask allow it), so that the
  * kernel (default_permissions) grants access to a tensor's bytes exactly as
- * the source grants it, or less. Returns 0 or a negative errno with a message.
+ * the source grants it, or less. `views` (NULL: no .placefs/views) gives
+ * the views: view files get their shard's owner, read bits and mtime, as
+ * tensors do; aux files their own (nlink 3: one inode in the three views);
+ * view indexes are control files. Returns 0 or a negative errno with a
+ * message.
  */
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
                          const char *source, const char *plan_note, uid_t uid, gid_t gid,
-                         struct timespec now, struct placefs_vtree **out,
-                         struct placefs_error *err);
+                         struct timespec now, const struct placefs_vtree_views *views,
+                         struct placefs_vtree **out, struct placefs_error *err);
 void placefs_vtree_free(struct placefs_vtree *vt); /* NULL ok */
 
 /* Fills *node for `ino`. Returns 0, or -ENOENT for a number that is not in the tree. */
@@ -125,6 +163,12 @@ int placefs_vtree_readlink(const struct placefs_vtree *vt, uint64_t ino, char *b
 uint64_t placefs_vtree_inode_count(const struct placefs_vtree *vt);
 /* Sum of the tensors' payload bytes: for statfs. */
 uint64_t placefs_vtree_total_bytes(const struct placefs_vtree *vt);
+
+/* View `kind` (enum placefs_view_kind) of the tree, or NULL without views. */
+const struct placefs_view *placefs_vtree_view(const struct placefs_vtree *vt, int kind);
+/* The aux files as given: aux file j is PLACEFS_V_AUX node entry j. */
+int placefs_vtree_aux_count(const struct placefs_vtree *vt);
+const struct placefs_vtree_aux *placefs_vtree_aux(const struct placefs_vtree *vt, size_t j);
 
 /* The plan entry of a tensor or link inode, or NULL. */
 const struct placefs_plan_entry *placefs_vtree_entry(const struct placefs_vtree *vt, uint64_t ino);

@@ -695,3 +695,41 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
 	pthread_mutex_unlock(&be->dest_lock);
 	return rc;
 }
+
+int placefs_backend_dest_device(struct placefs_backend *be, const struct placefs_dest *dest,
+                                struct placefs_device *out, struct placefs_error *err)
+{
+	struct placefs__dest_entry *e = NULL;
+	int rc, device = -1;
+
+	if (dest->kind != PLACEFS_IOC_HANDLE_CUDA_IPC)
+		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+		                         "a destination of kind %u lives on no device", dest->kind);
+	if (dest->handle_bytes != PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "a CUDA IPC destination handle is %d bytes, not %u",
+		                         PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES, dest->handle_bytes);
+	if (!be->ops->ipc_open || !be->ops->ptr_device)
+		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+		                         "%s cannot copy into a CUDA IPC destination",
+		                         be->info.name);
+	pthread_mutex_lock(&be->dest_lock);
+	rc = dest_get_ipc(be, dest, &e, err);
+	if (rc == 0) {
+		e->refs++;
+		e->stamp = ++be->dest_clock;
+	}
+	pthread_mutex_unlock(&be->dest_lock);
+	if (rc != 0)
+		return rc;
+	rc = be->ops->ptr_device(be, e->ptr, &device, err);
+	pthread_mutex_lock(&be->dest_lock);
+	if (--e->refs == 0 && e->detached)
+		dest_drop(be, e);
+	pthread_mutex_unlock(&be->dest_lock);
+	if (rc != 0)
+		return rc;
+	out->kind = PLACEFS_DEVICE_CUDA;
+	out->index = device;
+	return placefs_device_check(*out, err);
+}

@@ -197,6 +197,19 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
                              const struct placefs_dest *dest, struct placefs_error *err);
 
 /*
+ * The device a copy-mode destination lives on, for a mount that stages to
+ * several (lib/stagers.h routes a copy to the ring of that device): a CUDA
+ * IPC destination is imported into this backend's cache as for
+ * placefs_backend_copy_out() (opened on this backend's device, peer access
+ * enabled lazily) and the runtime asked where the allocation is
+ * (cudaPointerGetAttributes); *out is then {cuda, ordinal}. Errors: -EINVAL
+ * (handle syntax, not device memory), -EOPNOTSUPP (a shm destination, which
+ * lives on no device, or a backend without CUDA IPC), the import's errors.
+ */
+int placefs_backend_dest_device(struct placefs_backend *be, const struct placefs_dest *dest,
+                                struct placefs_device *out, struct placefs_error *err);
+
+/*
  * Drops the cached destinations that nobody can copy into any more: shm
  * objects that were unlinked (st_nlink 0 on the descriptor kept for each,
  * what a client's placefs_client_dest_free() does), and destinations whose

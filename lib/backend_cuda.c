@@ -501,6 +501,28 @@ static int cuda_ring_to_device(struct placefs_backend *be, uint64_t ring_off, vo
 	return 0;
 }
 
+static int cuda_ptr_device(struct placefs_backend *be, void *ptr, int *device,
+                           struct placefs_error *err)
+{
+	struct cuda_priv *cp = be->priv;
+	struct cudaPointerAttributes a;
+	cudaError_t e;
+
+	memset(&a, 0, sizeof(a));
+	cudaSetDevice(cp->device);
+	e = cudaPointerGetAttributes(&a, ptr);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		return cuda_fail(err, e, cp->device, "cannot tell where the destination lives");
+	}
+	if (a.type != cudaMemoryTypeDevice || a.device < 0)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "cuda:%d: the destination is not device memory (type %d)",
+		                         cp->device, (int)a.type);
+	*device = a.device;
+	return 0;
+}
+
 /* ---- zero-copy sources ------------------------------------------------------ */
 
 /*
@@ -552,7 +574,8 @@ static int cuda_map_source(struct placefs_backend *be, int fd, uint64_t file_siz
 		                         "cuda:%d: cannot map the %llu-byte shard: %s", cp->device,
 		                         (unsigned long long)file_size, strerror(errno));
 	cudaSetDevice(cp->device);
-	e = cudaHostRegister(p, (size_t)len, cudaHostRegisterReadOnly);
+	/* Portable: the stagers of every device of a mount share the registration. */
+	e = cudaHostRegister(p, (size_t)len, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
 		munmap(p, (size_t)len);
@@ -641,6 +664,7 @@ const struct placefs_backend_ops placefs__cuda_ops = {
         .ipc_open = cuda_ipc_open,
         .ipc_close = cuda_ipc_close,
         .ring_to_device = cuda_ring_to_device,
+        .ptr_device = cuda_ptr_device,
         .map_source = cuda_map_source,
         .unmap_source = cuda_unmap_source,
         .src_to_ring = cuda_src_to_ring,

@@ -49,6 +49,12 @@ struct placefs_backend_ops {
 	int (*ring_to_device)(struct placefs_backend *be, uint64_t ring_off, void *dptr, uint64_t n,
 	                      struct placefs_error *err);
 	/*
+	 * The device ordinal an imported IPC pointer (from ipc_open) lives on;
+	 * NULL when the backend cannot serve IPC destinations.
+	 */
+	int (*ptr_device)(struct placefs_backend *be, void *ptr, int *device,
+	                  struct placefs_error *err);
+	/*
 	 * Zero-copy sources (lib/zerocopy.c, through backend.c's checked
 	 * placefs_backend_map_source() and friends): NULL when the backend has
 	 * none (host); a backend sets all three or none.

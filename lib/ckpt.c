@@ -911,3 +911,15 @@ int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct pla
 		                         "shard %s was replaced since mount", sh->path);
 	return ctime_check(ck, i, &fst, err);
 }
+
+int placefs_ckpt_open_file(const struct placefs_ckpt *ck, const char *file, int flags)
+{
+	if (!ck || !ck->root)
+		return -EINVAL;
+	return open_beneath(ck, file, flags);
+}
+
+int placefs_ckpt_is_dir(const struct placefs_ckpt *ck)
+{
+	return ck->root != NULL;
+}

@@ -80,6 +80,8 @@ const char *placefs_ckpt_source(const struct placefs_ckpt *ck); /* as given */
  * paths stay valid after the daemon changes directory).
  */
 const char *placefs_ckpt_dir(const struct placefs_ckpt *ck);
+/* 1 for a directory source, 0 for a file given as the source. */
+int placefs_ckpt_is_dir(const struct placefs_ckpt *ck);
 /* The index file used, relative to the source directory, or NULL. */
 const char *placefs_ckpt_index(const struct placefs_ckpt *ck);
 
@@ -103,5 +105,16 @@ const struct placefs_tensor *placefs_ckpt_tensors(const struct placefs_ckpt *ck)
  * cannot be read again) with a message naming the shard. Thread-safe.
  */
 int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct placefs_error *err);
+
+/*
+ * Opens `file` (a path relative to the source directory) as the shards of a
+ * directory source are opened: beneath the directory they are confined to
+ * (see above; openat2 RESOLVE_BENEATH, or the real-path check without it),
+ * with `flags` (O_CLOEXEC is up to the caller). For the other files of the
+ * source directory (lib/view's aux files). Returns a descriptor, or -errno:
+ * -EXDEV when the path or a link in it leads out, -EINVAL for a file source
+ * (it has no directory of its own). Thread-safe.
+ */
+int placefs_ckpt_open_file(const struct placefs_ckpt *ck, const char *file, int flags);
 
 #endif

@@ -34,7 +34,8 @@ struct placefs_client_dest {
 	void *ptr;         /* shm: the mapping; CUDA: the device pointer */
 	uint64_t map_size; /* shm: bytes mapped (at least 1) */
 	int fd;            /* shm: the object, open for the flock that marks it in use; else -1 */
-	int device;        /* CUDA */
+	int device;        /* ri->device of its ring: the CUDA ordinal, N of host:N, or -1 */
+	uint32_t ndevices; /* ri->ndevices: > 1 when copies into it must name the device */
 };
 
 struct placefs_client_ring {
@@ -98,7 +99,9 @@ static const char *ioctl_hint(int e)
 	switch (e) {
 	case ENOTTY: return " (not a tensor file of a placefs mount)";
 	case EFBIG: return " (the tensor is larger than the staging ring: it is placed on the cpu)";
-	case ENODEV: return " (staging is disabled on this mount: -o device=none)";
+	case ENODEV:
+		return " (staging is disabled on this mount, -o device=none, or the mount does not "
+		       "stage to the device asked for)";
 	case ETIMEDOUT: return " (no ring space within the timeout)";
 	case EOPNOTSUPP: return " (the mount's backend cannot serve this destination)";
 	default: return "";
@@ -113,17 +116,59 @@ int placefs_client_open(const char *path, int *fd, struct placefs_client_error *
 	return 0;
 }
 
-int placefs_client_ring_info(int fd, struct placefs_ioc_ring_info *ri,
-                             struct placefs_client_error *err)
+/* RING_INFO with flags and select (0, 0: the mount's first ring). */
+static int ring_info(int fd, uint32_t flags, int32_t select, struct placefs_ioc_ring_info *ri,
+                     struct placefs_client_error *err)
 {
 	memset(ri, 0, sizeof(*ri));
 	ri->version = PLACEFS_IOC_VERSION;
 	ri->size = sizeof(*ri);
-	if (ioctl(fd, PLACEFS_IOC_RING_INFO, ri) != 0)
+	ri->flags = flags;
+	ri->select = select;
+	if (ioctl(fd, PLACEFS_IOC_RING_INFO, ri) != 0) {
+		if (flags)
+			return cfail(err, -errno, "ring info of %s %d: %s%s",
+			             flags == PLACEFS_IOC_RING_INFO_DEVICE ? "device" : "position",
+			             (int)select, strerror(errno), ioctl_hint(errno));
 		return cfail(err, -errno, "ring info: %s%s", strerror(errno), ioctl_hint(errno));
+	}
 	if (ri->handle_bytes > PLACEFS_IOC_HANDLE_MAX)
 		return cfail(err, -EPROTO, "ring info: the daemon answered handle_bytes %u",
 		             ri->handle_bytes);
+	return 0;
+}
+
+int placefs_client_ring_info(int fd, struct placefs_ioc_ring_info *ri,
+                             struct placefs_client_error *err)
+{
+	return ring_info(fd, 0, 0, ri, err);
+}
+
+int placefs_client_ring_info_device(int fd, int32_t device, struct placefs_ioc_ring_info *ri,
+                                    struct placefs_client_error *err)
+{
+	return ring_info(fd, PLACEFS_IOC_RING_INFO_DEVICE, device, ri, err);
+}
+
+int placefs_client_ring_info_at(int fd, uint32_t position, struct placefs_ioc_ring_info *ri,
+                                struct placefs_client_error *err)
+{
+	if (position > INT32_MAX)
+		return cfail(err, -EINVAL, "ring info: position %u is out of range", position);
+	return ring_info(fd, PLACEFS_IOC_RING_INFO_POSITION, (int32_t)position, ri, err);
+}
+
+int placefs_client_shard(uint64_t dim_size, uint32_t rank, uint32_t world, uint64_t *start,
+                         uint64_t *len, struct placefs_client_error *err)
+{
+	if (world == 0 || rank >= world)
+		return cfail(err, -EINVAL, "shard: rank %u of a world of %u", rank, world);
+	if (dim_size % world != 0 || dim_size == 0)
+		return cfail(err, -EINVAL,
+		             "shard: a dimension of %llu does not split into %u equal parts",
+		             (unsigned long long)dim_size, world);
+	*len = dim_size / world;
+	*start = (uint64_t)rank * *len;
 	return 0;
 }
 
@@ -205,13 +250,86 @@ static void stage_init(struct placefs_ioc_stage *s, uint32_t mode, uint64_t time
 	s->timeout_ns = timeout_ns;
 }
 
+/* Fills the slice and device fields of s from a (NULL: none); -EINVAL for unknown flags. */
+static int stage_args(struct placefs_ioc_stage *s, const struct placefs_client_stage_args *a,
+                      struct placefs_client_error *err)
+{
+	if (!a)
+		return 0;
+	if (a->flags & ~(PLACEFS_IOC_STAGE_SLICE | PLACEFS_IOC_STAGE_DEVICE))
+		return cfail(err, -EINVAL, "stage: unknown flags 0x%x",
+		             a->flags & ~(PLACEFS_IOC_STAGE_SLICE | PLACEFS_IOC_STAGE_DEVICE));
+	s->flags = a->flags;
+	if (a->flags & PLACEFS_IOC_STAGE_SLICE) {
+		s->slice_dim = a->slice_dim;
+		s->slice_start = a->slice_start;
+		s->slice_len = a->slice_len;
+	}
+	if (a->flags & PLACEFS_IOC_STAGE_DEVICE)
+		s->device = a->device;
+	return 0;
+}
+
+/* The message of a failed stage: the mode, the slice and device asked for, errno, hint. */
+static int stage_fail(const struct placefs_ioc_stage *s, const char *mode,
+                      struct placefs_client_error *err)
+{
+	int e = errno;
+	char what[160] = "";
+
+	if (s->flags & PLACEFS_IOC_STAGE_SLICE)
+		snprintf(what, sizeof(what), ", slice dim %u [%llu, +%llu)", s->slice_dim,
+		         (unsigned long long)s->slice_start, (unsigned long long)s->slice_len);
+	if (s->flags & PLACEFS_IOC_STAGE_DEVICE)
+		snprintf(what + strlen(what), sizeof(what) - strlen(what), ", device %d",
+		         (int)s->device);
+	return cfail(err, -e, "stage (%s%s): %s%s", mode, what, strerror(e), ioctl_hint(e));
+}
+
+int placefs_client_borrow_ex(int fd, const struct placefs_client_stage_args *a,
+                             struct placefs_ioc_stage *out, struct placefs_client_error *err)
+{
+	int rc;
+
+	stage_init(out, PLACEFS_IOC_STAGE_BORROW, a ? a->timeout_ns : 0);
+	rc = stage_args(out, a, err);
+	if (rc != 0)
+		return rc;
+	if (ioctl(fd, PLACEFS_IOC_STAGE, out) != 0)
+		return stage_fail(out, "borrow", err);
+	return 0;
+}
+
 int placefs_client_borrow(int fd, uint64_t timeout_ns, struct placefs_ioc_stage *out,
                           struct placefs_client_error *err)
 {
-	stage_init(out, PLACEFS_IOC_STAGE_BORROW, timeout_ns);
+	struct placefs_client_stage_args a = {.timeout_ns = timeout_ns};
+
+	return placefs_client_borrow_ex(fd, &a, out, err);
+}
+
+int placefs_client_copy_ex(int fd, const struct placefs_client_dest *dest, uint64_t dest_offset,
+                           const struct placefs_client_stage_args *a, struct placefs_ioc_stage *out,
+                           struct placefs_client_error *err)
+{
+	int rc;
+
+	stage_init(out, PLACEFS_IOC_STAGE_COPY, a ? a->timeout_ns : 0);
+	rc = stage_args(out, a, err);
+	if (rc != 0)
+		return rc;
+	/* A destination made for one ring of several goes to that ring's device. */
+	if (!(out->flags & PLACEFS_IOC_STAGE_DEVICE) && dest->ndevices > 1) {
+		out->flags |= PLACEFS_IOC_STAGE_DEVICE;
+		out->device = dest->device;
+	}
+	out->dest_kind = dest->kind;
+	out->dest_handle_bytes = dest->handle_bytes;
+	memcpy(out->dest_handle, dest->handle, dest->handle_bytes);
+	out->dest_offset = dest_offset;
+	out->dest_size = dest->size;
 	if (ioctl(fd, PLACEFS_IOC_STAGE, out) != 0)
-		return cfail(err, -errno, "stage (borrow): %s%s", strerror(errno),
-		             ioctl_hint(errno));
+		return stage_fail(out, "copy", err);
 	return 0;
 }
 
@@ -219,15 +337,9 @@ int placefs_client_copy(int fd, const struct placefs_client_dest *dest, uint64_t
                         uint64_t timeout_ns, struct placefs_ioc_stage *out,
                         struct placefs_client_error *err)
 {
-	stage_init(out, PLACEFS_IOC_STAGE_COPY, timeout_ns);
-	out->dest_kind = dest->kind;
-	out->dest_handle_bytes = dest->handle_bytes;
-	memcpy(out->dest_handle, dest->handle, dest->handle_bytes);
-	out->dest_offset = dest_offset;
-	out->dest_size = dest->size;
-	if (ioctl(fd, PLACEFS_IOC_STAGE, out) != 0)
-		return cfail(err, -errno, "stage (copy): %s%s", strerror(errno), ioctl_hint(errno));
-	return 0;
+	struct placefs_client_stage_args a = {.timeout_ns = timeout_ns};
+
+	return placefs_client_copy_ex(fd, dest, dest_offset, &a, out, err);
 }
 
 int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *err)
@@ -342,6 +454,7 @@ int placefs_client_dest_create(const struct placefs_ioc_ring_info *ri, uint64_t 
 	d->size = size;
 	d->fd = -1;
 	d->device = ri->device;
+	d->ndevices = ri->ndevices;
 	if (ri->backend == PLACEFS_IOC_BACKEND_HOST) {
 		rc = dest_shm(d, err);
 	} else {

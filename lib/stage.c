@@ -54,6 +54,16 @@ struct job {
 	uint64_t nbytes;
 	uint64_t ring_off;
 	uint64_t npieces;
+	uint64_t piece_bytes; /* ring bytes per piece (the last may be shorter) */
+	/*
+	 * A strided slice: nbytes are lay.nbytes, read from file_off + the
+	 * layout's segments; rows_mode: one pread of the rows a piece spans,
+	 * compacted in place, else one pread per segment. Contiguous jobs have
+	 * strided false (file_off and nbytes are the range itself).
+	 */
+	bool strided;
+	bool rows_mode;
+	struct placefs_slice_layout lay;
 	uint64_t next;                   /* next piece to hand out */
 	uint64_t done;                   /* pieces finished (read + copy waited for, or skipped) */
 	int prio;                        /* 1: a foreground request; 0: prefetch */
@@ -126,6 +136,9 @@ struct counters {
 	uint64_t prefetch_hits;
 	uint64_t prefetch_evicted;
 	uint64_t prefetch_held;
+	uint64_t slices;
+	uint64_t slice_bytes;
+	uint64_t strided_read_bytes;
 };
 
 struct placefs_stager {
@@ -144,6 +157,7 @@ struct placefs_stager {
 	uint64_t q_submits; /* jobs queued so far; atomic, polled by io_spin() */
 	bool stopping;      /* atomic stores: io_spin() polls it unlocked */
 	uint64_t spin_ns;   /* io_spin() window; 0 = off */
+	enum placefs_stage_slice_read slice_read; /* resolved: AUTO means the per-tensor rule */
 
 	struct io_thread *threads;
 	unsigned nthreads;
@@ -170,6 +184,7 @@ struct placefs_stager {
 
 	/* Zero-copy: NULL when off; zc_note says why (set at create, then constant). */
 	struct placefs_zerocopy *zc;
+	bool zc_borrowed; /* zc is another stager's (config zero_copy_shared): not freed here */
 	char zc_note[256];
 
 	struct counters c; /* atomic fields */
@@ -190,6 +205,7 @@ static void job_init(struct job *j, int fd, uint64_t file_off, uint64_t nbytes, 
 	j->nbytes = nbytes;
 	j->ring_off = ring_off;
 	j->npieces = nbytes / chunk + (nbytes % chunk != 0);
+	j->piece_bytes = chunk;
 	j->prio = prio;
 	j->name = name;
 }
@@ -286,6 +302,93 @@ static int read_full(int fd, uint8_t *buf, uint64_t n, uint64_t off, const char 
 	return 0;
 }
 
+/* ---- strided slices --------------------------------------------------------- */
+
+/*
+ * Reads slice bytes [off, off + n) of a strided job into buf, compacted.
+ * Rows mode: pieces are whole segments and the source bytes they span fit
+ * the chunk (slice_plan()), so one pread brings them all and the segments
+ * move down into place, front to back (each lands at or before where it was
+ * read). Segments mode: one pread per segment (or part of one).
+ */
+static int read_strided(struct placefs_stager *st, struct job *j, uint8_t *buf, uint64_t off,
+                        uint64_t n, struct placefs_error *err)
+{
+	const struct placefs_slice_layout *l = &j->lay;
+	uint64_t run, src = placefs_slice_src(l, off, &run), done, span, k, i;
+	int rc;
+
+	if (j->rows_mode) {
+		k = n / l->seg_bytes;
+		span = (k - 1) * l->stride + l->seg_bytes;
+		rc = read_full(j->fd, buf, span, j->file_off + src, j->name, err);
+		if (rc != 0)
+			return rc;
+		for (i = 1; i < k; i++)
+			memmove(buf + i * l->seg_bytes, buf + i * l->stride, (size_t)l->seg_bytes);
+		CNT_ADD(st, read_bytes, span);
+		CNT_ADD(st, strided_read_bytes, span);
+		return 0;
+	}
+	for (done = 0; done < n; done += run) {
+		src = placefs_slice_src(l, off + done, &run);
+		if (run > n - done)
+			run = n - done;
+		rc = read_full(j->fd, buf + done, run, j->file_off + src, j->name, err);
+		if (rc != 0)
+			return rc;
+	}
+	CNT_ADD(st, read_bytes, n);
+	CNT_ADD(st, strided_read_bytes, n);
+	return 0;
+}
+
+/*
+ * Segments or rows for a strided slice with this stager's chunks. "auto":
+ * rows when a chunk holds at least two rows, a whole row (the stride) is at
+ * most SLICE_ROWS_STRIDE_MAX bytes and the rows read at most
+ * SLICE_ROWS_RATIO times the slice's bytes. A segment costs a pread each;
+ * reading whole rows costs copying the bytes skipped, twice (page cache,
+ * then compaction). Measured with tests/bench/slicebench on the H200
+ * machine, 16 cores, into cuda:0 (doc/STAGING.md, "Devices and slices"):
+ * rows won for rows of 2-8 KiB (12.4 against 7.5 GB/s for 4 KiB segments of
+ * 8 KiB rows, 3.2 against 2.3 for 1 KiB ones), segments for rows of 28 KiB
+ * and more (8.5 against 6.2 GB/s for 3.5 KiB segments of 28 KiB rows).
+ */
+#define SLICE_ROWS_STRIDE_MAX (16ULL << 10)
+#define SLICE_ROWS_RATIO      8
+static bool slice_rows(const struct placefs_stager *st, const struct placefs_slice_layout *l)
+{
+	uint64_t chunk = st->info.chunk_bytes;
+
+	if (l->seg_bytes > chunk || l->stride > chunk - l->seg_bytes)
+		return false; /* not two rows' worth in one chunk: rows cannot help */
+	if (st->slice_read == PLACEFS_STAGE_SLICE_ROWS)
+		return true;
+	if (st->slice_read == PLACEFS_STAGE_SLICE_SEGMENTS)
+		return false;
+	return l->stride <= SLICE_ROWS_STRIDE_MAX && l->stride / l->seg_bytes <= SLICE_ROWS_RATIO;
+}
+
+/* Makes j (fresh from job_init() over the slice's bytes) read the strided layout l. */
+static void job_set_strided(struct placefs_stager *st, struct job *j,
+                            const struct placefs_slice_layout *l)
+{
+	uint64_t chunk = st->info.chunk_bytes, k;
+
+	j->strided = true;
+	j->lay = *l;
+	j->rows_mode = slice_rows(st, l);
+	if (j->rows_mode) {
+		/* k whole segments whose rows span at most a chunk: (k-1)*stride + seg <= chunk. */
+		k = (chunk - l->seg_bytes) / l->stride + 1;
+		j->piece_bytes = k * l->seg_bytes;
+	} else {
+		j->piece_bytes = chunk;
+	}
+	j->npieces = j->nbytes / j->piece_bytes + (j->nbytes % j->piece_bytes != 0);
+}
+
 /* ---- zero-copy sources ----------------------------------------------------- */
 
 static void slots_reap_ready(struct io_thread *t, bool all);
@@ -308,8 +411,9 @@ static void zc_run(struct io_thread *t, struct job *j)
 	slots_reap_ready(t, true);
 	placefs_error_clear(&e);
 	if (__atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) == 0) {
-		rc = placefs_zerocopy_copy(st->zc, z, j->fd, t->chunks, t->nslots, j->file_off,
-		                           j->ring_off, j->nbytes, &e);
+		/* Into this stager's ring, whichever stager's registry it is. */
+		rc = placefs_zerocopy_copy_ctx(st->zc, st->be, z, j->fd, t->chunks, t->nslots,
+		                               j->file_off, j->ring_off, j->nbytes, &e);
 		if (rc != 0)
 			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
 	}
@@ -365,7 +469,7 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
 {
 	struct placefs_stager *st = t->st;
 	struct placefs_error e;
-	uint64_t off = piece * st->info.chunk_bytes;
+	uint64_t off = piece * j->piece_bytes;
 	uint64_t n = j->nbytes - off;
 	unsigned s = t->rr;
 	uint8_t *buf;
@@ -376,8 +480,8 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
 		return;
 	}
 	t->rr = (t->rr + 1) % t->nslots;
-	if (n > st->info.chunk_bytes)
-		n = st->info.chunk_bytes;
+	if (n > j->piece_bytes)
+		n = j->piece_bytes;
 	/* The chunk may still be copying an earlier piece: wait before reuse. */
 	if (t->pend[s].job)
 		slot_reap(t, s);
@@ -387,9 +491,13 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
 	}
 	placefs_error_clear(&e);
 	buf = placefs_backend_chunk(st->be, t->chunks[s]);
-	rc = read_full(j->fd, buf, n, j->file_off + off, j->name, &e);
+	if (j->strided)
+		rc = read_strided(st, j, buf, off, n, &e);
+	else
+		rc = read_full(j->fd, buf, n, j->file_off + off, j->name, &e);
 	if (rc == 0) {
-		CNT_ADD(st, read_bytes, n);
+		if (!j->strided)
+			CNT_ADD(st, read_bytes, n);
 		rc = placefs_backend_chunk_to_ring(st->be, t->chunks[s], j->ring_off + off, n, &e);
 		if (rc != 0)
 			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
@@ -864,7 +972,8 @@ static void stager_destroy(struct placefs_stager *st)
 		free(e);
 	}
 	/* No copy is in flight any more: drop the registrations before the backend. */
-	placefs_zerocopy_free(st->zc);
+	if (!st->zc_borrowed)
+		placefs_zerocopy_free(st->zc);
 	for (i = 0; i < LEASE_BUCKETS; i++) {
 		struct lease *l, *ln;
 
@@ -940,6 +1049,38 @@ static int io_spin_setting(uint64_t *ns, struct placefs_error *err)
 	return 0;
 }
 
+/* The strided-slice read mode: the config's, else $PLACEFS_STAGE_SLICE_READ, else auto. */
+static int slice_read_setting(const struct placefs_stager_config *cfg,
+                              enum placefs_stage_slice_read *out, struct placefs_error *err)
+{
+	const char *env = getenv("PLACEFS_STAGE_SLICE_READ");
+
+	*out = PLACEFS_STAGE_SLICE_AUTO;
+	switch (cfg->slice_read) {
+	case PLACEFS_STAGE_SLICE_SEGMENTS:
+	case PLACEFS_STAGE_SLICE_ROWS: *out = cfg->slice_read; return 0;
+	case PLACEFS_STAGE_SLICE_AUTO: break;
+	default:
+		return placefs_error_set(
+		        err, -EINVAL, PLACEFS_E_USAGE,
+		        "staging: slice read mode %d is not auto, segments or rows",
+		        (int)cfg->slice_read);
+	}
+	if (!env || strcmp(env, "auto") == 0)
+		return 0;
+	if (strcmp(env, "segments") == 0)
+		*out = PLACEFS_STAGE_SLICE_SEGMENTS;
+	else if (strcmp(env, "rows") == 0)
+		*out = PLACEFS_STAGE_SLICE_ROWS;
+	else
+		return placefs_error_set(
+		        err, -EINVAL, PLACEFS_E_USAGE,
+		        "PLACEFS_STAGE_SLICE_READ=\"%s\": expected auto, segments or "
+		        "rows",
+		        env);
+	return 0;
+}
+
 /*
  * Decides whether zero-copy is on (st->zc made): the backend must have it,
  * and the config (or, by default, $PLACEFS_STAGE_ZERO_COPY) must turn it
@@ -984,6 +1125,11 @@ static int zero_copy_setup(struct placefs_stager *st, const struct placefs_stage
 		         st->info.name, why);
 		return 0;
 	}
+	if (cfg->zero_copy_shared) {
+		st->zc = cfg->zero_copy_shared;
+		st->zc_borrowed = true;
+		return 0;
+	}
 	return placefs_zerocopy_create(st->be, 0, &st->zc, err);
 }
 
@@ -991,6 +1137,7 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
                           struct placefs_error *err)
 {
 	struct placefs_stager *st;
+	enum placefs_stage_slice_read slice_read;
 	unsigned want, i;
 	uint64_t spin_ns = 0;
 	int rc;
@@ -1009,10 +1156,14 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 	rc = io_spin_setting(&spin_ns, err);
 	if (rc)
 		return rc;
+	rc = slice_read_setting(cfg, &slice_read, err);
+	if (rc)
+		return rc;
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "staging: out of memory");
 	st->spin_ns = spin_ns;
+	st->slice_read = slice_read;
 	rc = placefs_backend_create(cfg->device, cfg->ring_bytes, cfg->host_buffer, &st->be, err);
 	if (rc != 0 || !st->be) {
 		free(st);
@@ -1096,24 +1247,40 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
                      struct placefs_error *err)
 {
 	const char *name = opts && opts->name ? opts->name : "(unnamed)";
+	const struct placefs_slice_layout *slice = opts ? opts->slice : NULL;
 	uint64_t key = opts ? opts->key : 0;
 	uint64_t owner = opts ? opts->owner : 0;
 	uint64_t cap = placefs_ring_capacity(st->ring);
 	uint64_t t0 = placefs_clock_ns(), t1, span_id = 0, ring_off = 0, read_ns = 0;
+	bool strided = false;
 	struct job job;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (nbytes > cap)
-		return placefs_error_set(err, -EFBIG, PLACEFS_E_LIMIT,
-		                         "tensor \"%s\": %llu bytes do not fit the %llu-byte "
-		                         "staging ring",
-		                         name, (unsigned long long)nbytes, (unsigned long long)cap);
 	if (fd < 0 || file_offset > (uint64_t)INT64_MAX ||
 	    nbytes > (uint64_t)INT64_MAX - file_offset)
 		return placefs_error_set(
 		        err, -EINVAL, PLACEFS_E_USAGE, "tensor \"%s\": bad file or range %llu+%llu",
 		        name, (unsigned long long)file_offset, (unsigned long long)nbytes);
+	if (slice) {
+		rc = placefs_slice_check(name, slice, nbytes, err);
+		if (rc != 0)
+			return rc;
+		if (placefs_slice_contiguous(slice)) {
+			/* A range of the tensor: the whole-tensor path on it. */
+			file_offset += slice->offset;
+			nbytes = slice->nbytes;
+		} else {
+			strided = true;
+			nbytes = slice->nbytes;
+			key = 0; /* a prefetched span holds whole tensors, never these bytes */
+		}
+	}
+	if (nbytes > cap)
+		return placefs_error_set(err, -EFBIG, PLACEFS_E_LIMIT,
+		                         "tensor \"%s\": %llu bytes do not fit the %llu-byte "
+		                         "staging ring",
+		                         name, (unsigned long long)nbytes, (unsigned long long)cap);
 
 	pthread_mutex_lock(&st->lock);
 	if (key && pf_adopt(st, key, fd, file_offset, nbytes, &span_id, &ring_off, &read_ns)) {
@@ -1132,8 +1299,8 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 		out->total_ns = placefs_clock_ns() - t0;
 		return 0;
 	}
-	if (key)
-		pf_advance(st, key);
+	if (opts && opts->key)
+		pf_advance(st, opts->key);
 	st->fg_allocating++;
 	pthread_mutex_unlock(&st->lock);
 
@@ -1176,7 +1343,10 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	}
 
 	job_init(&job, fd, file_offset, nbytes, ring_off, st->info.chunk_bytes, 1, name);
-	job_try_zc(st, &job);
+	if (strided)
+		job_set_strided(st, &job, slice);
+	else
+		job_try_zc(st, &job);
 	rc = job_run(st, &job);
 	if (rc != 0) {
 		placefs_ring_release(st->ring, span_id);
@@ -1199,6 +1369,18 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	return 0;
 }
 
+/* Counts a successful stage of `staged` bytes (the slice's, if any) of an nbytes tensor. */
+static void count_staged(struct placefs_stager *st, int mode, const struct placefs_stage_opts *opts,
+                         uint64_t nbytes, uint64_t staged)
+{
+	CNT_ADD(st, staged[mode], 1);
+	CNT_ADD(st, staged_bytes[mode], staged);
+	if (opts && opts->slice && (opts->slice->offset != 0 || opts->slice->nbytes != nbytes)) {
+		CNT_ADD(st, slices, 1);
+		CNT_ADD(st, slice_bytes, staged);
+	}
+}
+
 int placefs_stager_stage(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
                          const struct placefs_stage_opts *opts, struct placefs_stage_span *out,
                          struct placefs_error *err)
@@ -1209,8 +1391,7 @@ int placefs_stager_stage(struct placefs_stager *st, int fd, uint64_t file_offset
 		CNT_ADD(st, errors, 1);
 		return rc;
 	}
-	CNT_ADD(st, staged[PLACEFS_IOC_STAGE_BORROW], 1);
-	CNT_ADD(st, staged_bytes[PLACEFS_IOC_STAGE_BORROW], nbytes);
+	count_staged(st, PLACEFS_IOC_STAGE_BORROW, opts, nbytes, out->nbytes);
 	return 0;
 }
 
@@ -1255,19 +1436,25 @@ int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_o
                               struct placefs_error *err)
 {
 	const char *name = opts && opts->name ? opts->name : "(unnamed)";
+	/* The bytes that land: the slice's (checked by stage_one() before any I/O). */
+	uint64_t want = opts && opts->slice ? opts->slice->nbytes : nbytes;
 	struct placefs_stage_opts o = {0};
 	uint64_t t0 = placefs_clock_ns(), t1;
 	int rc;
 
+	if (opts && opts->slice &&
+	    (rc = placefs_slice_check(name, opts->slice, nbytes, err)) != 0) {
+		CNT_ADD(st, errors, 1);
+		return rc;
+	}
 	/* Refuse a destination that cannot take the tensor before any I/O. */
-	if (dest->offset > dest->size || nbytes > dest->size - dest->offset) {
+	if (dest->offset > dest->size || want > dest->size - dest->offset) {
 		CNT_ADD(st, errors, 1);
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
 		                         "tensor \"%s\": destination too small: offset %llu + "
 		                         "%llu bytes > size %llu",
 		                         name, (unsigned long long)dest->offset,
-		                         (unsigned long long)nbytes,
-		                         (unsigned long long)dest->size);
+		                         (unsigned long long)want, (unsigned long long)dest->size);
 	}
 	if (opts)
 		o = *opts;
@@ -1288,8 +1475,7 @@ int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_o
 		CNT_ADD(st, errors, 1);
 		return rc;
 	}
-	CNT_ADD(st, staged[PLACEFS_IOC_STAGE_COPY], 1);
-	CNT_ADD(st, staged_bytes[PLACEFS_IOC_STAGE_COPY], nbytes);
+	count_staged(st, PLACEFS_IOC_STAGE_COPY, opts, nbytes, out->nbytes);
 	return 0;
 }
 
@@ -1363,6 +1549,9 @@ void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager
 	out->prefetch_hits = CNT_GET(st, prefetch_hits);
 	out->prefetch_evicted = CNT_GET(st, prefetch_evicted);
 	out->prefetch_held = CNT_GET(st, prefetch_held);
+	out->slices = CNT_GET(st, slices);
+	out->slice_bytes = CNT_GET(st, slice_bytes);
+	out->strided_read_bytes = CNT_GET(st, strided_read_bytes);
 	if (st->zc) {
 		struct placefs_zerocopy_stats zs;
 
@@ -1375,6 +1564,11 @@ void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager
 		out->zero_copy_refused = zs.refused;
 		out->zero_copy_stale = zs.stale;
 	}
+}
+
+struct placefs_zerocopy *placefs_stager_zero_copy(const struct placefs_stager *st)
+{
+	return st->zc;
 }
 
 void placefs_stager_zero_copy_note(struct placefs_stager *st, char *buf, size_t len)

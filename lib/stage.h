@@ -52,6 +52,20 @@
  * the tensor with -EIO otherwise (the pinned pages may be stale); that
  * shard then uses the bounce path too.
  *
+ * Slices (lib/slice.h): a request may name a slice of the tensor
+ * (placefs_stage_opts.slice, a layout from placefs_slice_layout()). Then
+ * only the slice's bytes are read and land in the ring, compacted, in a
+ * span of the slice's size (-EFBIG only when the slice does not fit the
+ * ring). A contiguous slice (dimension 0) is the tensor path on a smaller
+ * range, zero-copy included. A strided one (dimension 1) fills each bounce
+ * chunk with compacted slice bytes, in one of two ways
+ * ($PLACEFS_STAGE_SLICE_READ): "segments" preads each row's segment
+ * straight into its place in the chunk; "rows" preads the whole run of
+ * rows a chunk's segments span and compacts them in place (memmove); "auto"
+ * (the default) picks per tensor, see slice_mode() in stage.c for the rule
+ * and doc/STAGING.md for the measurements. Strided slices never take the
+ * zero-copy path and never adopt a prefetched span.
+ *
  * Threads: every function except create/free may be called concurrently
  * from any number of threads. The file descriptors passed in must stay open
  * until the call returns (for prefetch: until the stager is freed or the
@@ -66,6 +80,7 @@
 
 #include "backend.h"
 #include "error.h"
+#include "slice.h"
 
 #define PLACEFS_STAGE_IO_THREADS_MAX 64
 /* Ring spans start at multiples of this (cudaMalloc's own alignment). */
@@ -74,6 +89,14 @@
 #define PLACEFS_STAGE_PREFETCH_MAX 256
 
 struct placefs_stager;
+struct placefs_zerocopy;
+
+/* How a strided slice fills a bounce chunk (see "Slices" above). */
+enum placefs_stage_slice_read {
+	PLACEFS_STAGE_SLICE_AUTO = 0,     /* $PLACEFS_STAGE_SLICE_READ if set, else per tensor */
+	PLACEFS_STAGE_SLICE_SEGMENTS = 1, /* one pread per row segment */
+	PLACEFS_STAGE_SLICE_ROWS = 2,     /* one pread of the rows spanned, compacted in place */
+};
 
 struct placefs_stager_config {
 	struct placefs_device device; /* cuda:N, host or none (lib/device.h) */
@@ -92,6 +115,19 @@ struct placefs_stager_config {
 	 * else is -EINVAL); > 0 on; < 0 off. See "Zero-copy" below.
 	 */
 	int zero_copy;
+	/*
+	 * Strided slices: PLACEFS_STAGE_SLICE_AUTO (0) reads
+	 * $PLACEFS_STAGE_SLICE_READ ("auto", "segments" or "rows"; anything else
+	 * is -EINVAL), else the mode given.
+	 */
+	enum placefs_stage_slice_read slice_read;
+	/*
+	 * NULL: zero-copy (when on) uses a registry of this stager's own. Else
+	 * the registry of another stager of the same mount
+	 * (placefs_stager_zero_copy()), borrowed: the shards registered once
+	 * serve every device (lib/stagers.h); that stager must outlive this one.
+	 */
+	struct placefs_zerocopy *zero_copy_shared;
 };
 
 /* Per-request options; a NULL pointer means all defaults. */
@@ -101,6 +137,13 @@ struct placefs_stage_opts {
 	const struct timespec *deadline; /* CLOCK_MONOTONIC; NULL = wait as long as needed */
 	const int *cancel;               /* polled while waiting for ring space */
 	const char *name;                /* tensor name for error messages */
+	/*
+	 * NULL: the whole tensor. Else the slice to stage, relative to the
+	 * tensor's bytes [file_offset, file_offset + nbytes): checked with
+	 * placefs_slice_check() (-EINVAL), and the span, out->nbytes, the
+	 * counters and copy mode's destination bounds are the slice's.
+	 */
+	const struct placefs_slice_layout *slice;
 };
 
 /* One staged tensor. */
@@ -150,6 +193,10 @@ struct placefs_stager_stats {
 	uint64_t zero_copy_registered_bytes; /* shard bytes pinned by registrations now */
 	uint64_t zero_copy_refused; /* shards left to bounce buffers (registration failed, cap) */
 	uint64_t zero_copy_stale;   /* zero-copy stages failed: the shard changed (size/mtime) */
+	/* Slices (opts.slice naming less than the whole tensor), both modes. */
+	uint64_t slices;             /* slice stages that succeeded (in staged[] too) */
+	uint64_t slice_bytes;        /* their bytes (in staged_bytes[] too) */
+	uint64_t strided_read_bytes; /* bytes pread for strided slices (in read_bytes too) */
 };
 
 /*
@@ -228,6 +275,12 @@ int placefs_stager_prefetch(struct placefs_stager *st, const struct placefs_pref
  * line in buf (empty when there is nothing to say). For the daemon's log.
  */
 void placefs_stager_zero_copy_note(struct placefs_stager *st, char *buf, size_t len);
+
+/*
+ * The zero-copy registry this stager uses (its own or a borrowed one), NULL
+ * when zero-copy is off.
+ */
+struct placefs_zerocopy *placefs_stager_zero_copy(const struct placefs_stager *st);
 
 /* Counters, read without locks (each field is atomic on its own). */
 void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager_stats *out);

@@ -271,6 +271,14 @@ int placefs_zerocopy_copy(struct placefs_zerocopy *zc, struct placefs_zerocopy_s
                           const unsigned *chunks, unsigned nchunks, uint64_t off, uint64_t ring_off,
                           uint64_t n, struct placefs_error *err)
 {
+	return placefs_zerocopy_copy_ctx(zc, NULL, z, fd, chunks, nchunks, off, ring_off, n, err);
+}
+
+int placefs_zerocopy_copy_ctx(struct placefs_zerocopy *zc, void *ctx,
+                              struct placefs_zerocopy_src *z, int fd, const unsigned *chunks,
+                              unsigned nchunks, uint64_t off, uint64_t ring_off, uint64_t n,
+                              struct placefs_error *err)
+{
 	struct stat sb;
 	int rc;
 
@@ -281,8 +289,8 @@ int placefs_zerocopy_copy(struct placefs_zerocopy *zc, struct placefs_zerocopy_s
 		                         "shard",
 		                         zc->name, (unsigned long long)off, (unsigned long long)n,
 		                         (unsigned long long)z->size);
-	rc = zc->ops.src_to_ring(zc->ctx, chunks, nchunks, (const uint8_t *)z->base + off, ring_off,
-	                         n, err);
+	rc = zc->ops.src_to_ring(ctx ? ctx : zc->ctx, chunks, nchunks,
+	                         (const uint8_t *)z->base + off, ring_off, n, err);
 	if (rc != 0)
 		return rc;
 	if (fstat(fd, &sb) != 0 || sb.st_dev != z->dev || sb.st_ino != z->ino ||

@@ -135,6 +135,20 @@ int placefs_zerocopy_copy(struct placefs_zerocopy *zc, struct placefs_zerocopy_s
                           uint64_t n, struct placefs_error *err);
 
 /*
+ * placefs_zerocopy_copy() into the ring of another context than the
+ * registry's own (ctx NULL: its own): the ring of another device's backend
+ * of the same mount, when the stagers of a mount share one registry
+ * (lib/stagers.h). ctx is passed to ops.src_to_ring as the create call's
+ * would be (for placefs_zerocopy_create(): a struct placefs_backend *,
+ * whose device must be able to read the registration: the cuda backend
+ * registers shards portable, for every device's context).
+ */
+int placefs_zerocopy_copy_ctx(struct placefs_zerocopy *zc, void *ctx,
+                              struct placefs_zerocopy_src *src, int fd, const unsigned *chunks,
+                              unsigned nchunks, uint64_t off, uint64_t ring_off, uint64_t n,
+                              struct placefs_error *err);
+
+/*
  * Ends a use from placefs_zerocopy_acquire(). The last use of a refused
  * (stale) source unregisters and unmaps it, which gives its bytes back to
  * the cap. NULL is accepted.

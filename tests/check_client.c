@@ -261,6 +261,110 @@ START_TEST(test_not_placefs)
 }
 END_TEST
 
+START_TEST(test_shard)
+{
+	struct placefs_client_error e;
+	uint64_t start, len, covered = 0;
+	uint32_t r;
+
+	/* Every rank's part, in order, covers the dimension exactly once. */
+	for (r = 0; r < 8; r++) {
+		ck_assert_int_eq(placefs_client_shard(11008, r, 8, &start, &len, &e), 0);
+		ck_assert_uint_eq(start, covered);
+		ck_assert_uint_eq(len, 1376);
+		covered += len;
+	}
+	ck_assert_uint_eq(covered, 11008);
+	ck_assert_int_eq(placefs_client_shard(7, 0, 1, &start, &len, NULL), 0);
+	ck_assert_uint_eq(len, 7);
+	ck_assert_int_eq(placefs_client_shard(10, 0, 3, &start, &len, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "does not split into 3 equal parts"));
+	ck_assert_int_eq(placefs_client_shard(8, 2, 2, &start, &len, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "rank 2 of a world of 2"));
+	ck_assert_int_eq(placefs_client_shard(8, 0, 0, &start, &len, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_client_shard(0, 0, 2, &start, &len, NULL), -EINVAL);
+	ck_assert_int_eq(placefs_client_shard(UINT64_MAX - 1, 1, 2, &start, &len, NULL), 0);
+	ck_assert_uint_eq(start + len, UINT64_MAX - 1);
+}
+END_TEST
+
+/*
+ * The slice and device calls without a mount: unknown flags are refused
+ * before any ioctl (fd -1 would say EBADF), and the ioctl that is made
+ * carries what was asked (the message repeats it from the request).
+ */
+START_TEST(test_stage_args)
+{
+	char *dir = tu_mkdtemp(), *f = tu_path(dir, "plain");
+	struct placefs_ioc_ring_info ri = host_ri();
+	struct placefs_client_stage_args a = {.flags = PLACEFS_IOC_STAGE_SLICE,
+	                                      .slice_dim = 1,
+	                                      .slice_start = 64,
+	                                      .slice_len = 32};
+	struct placefs_client_dest *d;
+	struct placefs_ioc_stage s;
+	struct placefs_client_error e;
+	int fd;
+
+	a.flags |= 0x80;
+	ck_assert_int_eq(placefs_client_borrow_ex(-1, &a, &s, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "unknown flags 0x80"));
+	a.flags &= ~0x80u;
+	tu_write_text(f, "not a tensor\n");
+	ck_assert_int_eq(placefs_client_open(f, &fd, &e), 0);
+	ck_assert_int_eq(placefs_client_borrow_ex(fd, &a, &s, &e), -ENOTTY);
+	ck_assert_str_eq(e.msg, "stage (borrow, slice dim 1 [64, +32)): Inappropriate ioctl for "
+	                        "device (not a tensor file of a placefs mount)");
+	ck_assert_uint_eq(s.flags, PLACEFS_IOC_STAGE_SLICE);
+	ck_assert_uint_eq(s.slice_dim, 1);
+	ck_assert_uint_eq(s.slice_start, 64);
+	ck_assert_uint_eq(s.slice_len, 32);
+	ck_assert_int_eq(s.device, 0);
+	a.flags |= PLACEFS_IOC_STAGE_DEVICE;
+	a.device = 3;
+	ck_assert_int_eq(placefs_client_borrow_ex(fd, &a, &s, &e), -ENOTTY);
+	ck_assert_ptr_nonnull(strstr(e.msg, "slice dim 1 [64, +32), device 3)"));
+	ck_assert_int_eq(s.device, 3);
+	/* Fields without their flag are not sent. */
+	a.flags = 0;
+	ck_assert_int_eq(placefs_client_borrow_ex(fd, &a, &s, &e), -ENOTTY);
+	ck_assert_uint_eq(s.flags, 0);
+	ck_assert_uint_eq(s.slice_len, 0);
+	ck_assert_int_eq(s.device, 0);
+	ck_assert_str_eq(e.msg, "stage (borrow): Inappropriate ioctl for device (not a tensor "
+	                        "file of a placefs mount)");
+	/* A destination of ring 2 of several names device 2 by itself. */
+	ri.device = 2;
+	ri.ndevices = 4;
+	ck_assert_int_eq(placefs_client_dest_create(&ri, 4096, &d, &e), 0);
+	ck_assert_int_eq(placefs_client_copy(fd, d, 0, 0, &s, &e), -ENOTTY);
+	ck_assert_uint_eq(s.flags, PLACEFS_IOC_STAGE_DEVICE);
+	ck_assert_int_eq(s.device, 2);
+	ck_assert_ptr_nonnull(strstr(e.msg, "stage (copy, device 2)"));
+	/* ... unless the caller names another. */
+	a.flags = PLACEFS_IOC_STAGE_DEVICE;
+	a.device = 0;
+	ck_assert_int_eq(placefs_client_copy_ex(fd, d, 0, &a, &s, &e), -ENOTTY);
+	ck_assert_int_eq(s.device, 0);
+	placefs_client_dest_free(d);
+	/* A mount of one ring: nothing is added. */
+	ri.ndevices = 1;
+	ck_assert_int_eq(placefs_client_dest_create(&ri, 4096, &d, &e), 0);
+	ck_assert_int_eq(placefs_client_copy(fd, d, 0, 0, &s, &e), -ENOTTY);
+	ck_assert_uint_eq(s.flags, 0);
+	placefs_client_dest_free(d);
+	ck_assert_int_eq(placefs_client_ring_info_device(fd, 1, &ri, &e), -ENOTTY);
+	ck_assert_ptr_nonnull(strstr(e.msg, "ring info of device 1"));
+	ck_assert_int_eq(placefs_client_ring_info_at(fd, 2, &ri, &e), -ENOTTY);
+	ck_assert_ptr_nonnull(strstr(e.msg, "ring info of position 2"));
+	ck_assert_int_eq(placefs_client_ring_info_at(fd, 0x80000000u, &ri, &e), -EINVAL);
+	close(fd);
+	tu_rmtree(dir);
+	free(f);
+	free(dir);
+}
+END_TEST
+
 START_TEST(test_list_gpu)
 {
 	char *dir = tu_mkdtemp(), *p;
@@ -364,6 +468,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_ring_map_host);
 	tcase_add_test(tc, test_not_placefs);
 	tcase_add_test(tc, test_list_gpu);
+	tcase_add_test(tc, test_shard);
+	tcase_add_test(tc, test_stage_args);
 	tcase_add_test(tc, test_cuda_calls);
 	suite_add_tcase(s, tc);
 	return s;

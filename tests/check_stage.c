@@ -1466,6 +1466,294 @@ START_TEST(test_zero_copy_off_cuda)
 }
 END_TEST
 
+/* ---- slices ------------------------------------------------------------------ */
+
+/*
+ * The slice's bytes the naive way, element by element (bit by bit for
+ * sub-byte dtypes): the C-contiguous tensor t[start:start+len] (dim 0) or
+ * t[:, start:start+len] (dim 1) of the source bytes src.
+ */
+static uint8_t *naive_slice(const uint8_t *src, unsigned bits, uint32_t ndim, const uint64_t *shape,
+                            uint32_t dim, uint64_t start, uint64_t len, uint64_t *nbytes)
+{
+	uint64_t outer = 1, inner = 1, d = shape[dim], j = 0;
+	uint8_t *out;
+	uint32_t i;
+
+	for (i = 0; i < dim; i++)
+		outer *= shape[i];
+	for (i = dim + 1; i < ndim; i++)
+		inner *= shape[i];
+	*nbytes = outer * len * inner * bits / 8;
+	out = calloc(1, *nbytes + 1);
+	for (uint64_t o = 0; o < outer; o++)
+		for (uint64_t c = start; c < start + len; c++)
+			for (uint64_t k = 0; k < inner; k++, j++) {
+				uint64_t e = (o * d + c) * inner + k;
+
+				if (bits % 8 == 0) {
+					memcpy(out + j * bits / 8, src + e * bits / 8, bits / 8);
+					continue;
+				}
+				for (unsigned b = 0; b < bits; b++) {
+					uint64_t sb = e * bits + b, db = j * bits + b;
+
+					if (src[sb / 8] >> (sb % 8) & 1)
+						out[db / 8] |= (uint8_t)(1u << (db % 8));
+				}
+			}
+	return out;
+}
+
+static uint64_t rnd_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/*
+ * Random tensors (dtype, 1 to 3 dimensions, some rows longer than a chunk)
+ * at random offsets of one file; random dim 0 and dim 1 slices of each,
+ * staged in borrow mode (the ring bytes) and copy mode (a shm destination
+ * at an odd offset), in each read mode: always the naive slice's bytes, in
+ * a span of the slice's size.
+ */
+static void slices_random(enum placefs_stage_slice_read mode, uint64_t seed)
+{
+	static const enum placefs_dtype dts[] = {PLACEFS_DT_U8,  PLACEFS_DT_BF16, PLACEFS_DT_F32,
+	                                         PLACEFS_DT_F64, PLACEFS_DT_F4,   PLACEFS_DT_I16};
+	struct placefs_stager_config cfg = {
+	        .device = tu_device("host"),
+	        .ring_bytes = 4 * MiB,
+	        .host_buffer = 64 * KiB, /* 16 chunks of 4 KiB: many pieces */
+	        .io_threads = 3,
+	        .slice_read = mode,
+	};
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st = NULL;
+	struct placefs_error err;
+	struct placefs_dest d;
+	struct fixture fx;
+	uint64_t staged = 0, bytes = 0, strided = 0, strided_bytes = 0;
+	char name[64];
+	uint8_t *dst;
+	int trial, done = 0;
+
+	fx_open(&fx, 3 * MiB);
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_stager_create(&cfg, &st, &err) == 0, "%s", err.msg);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-sl", (long)getpid());
+	dst = shm_make(name, 2 * MiB);
+	for (trial = 0; trial < 300; trial++) {
+		enum placefs_dtype dt = dts[rnd_next(&seed) % 6];
+		unsigned bits = placefs_dtype_bits(dt);
+		uint32_t ndim = 1 + (uint32_t)(rnd_next(&seed) % 3), dim, i;
+		uint64_t shape[3], total = 1, tb, off, start, len, want_n;
+		struct placefs_slice_layout l;
+		struct placefs_slice sl;
+		struct placefs_stage_span sp;
+		struct placefs_stage_opts o = {.name = "sl", .owner = 7, .slice = &l};
+		uint8_t *want, *got;
+
+		for (i = 0; i < ndim; i++) {
+			/* Mostly small dimensions; now and then a wide one (rows > a chunk). */
+			shape[i] = 1 + rnd_next(&seed) % (rnd_next(&seed) % 4 == 0 ? 3000 : 24);
+			total *= shape[i];
+		}
+		if (total * bits / 8 > MiB || total * bits % 8 != 0)
+			continue;
+		tb = total * bits / 8;
+		off = rnd_next(&seed) % (fx.size - tb);
+		dim = ndim > 1 ? (uint32_t)(rnd_next(&seed) % 2) : 0;
+		start = rnd_next(&seed) % shape[dim];
+		len = 1 + rnd_next(&seed) % (shape[dim] - start);
+		sl = (struct placefs_slice){dim, start, len};
+		placefs_error_clear(&err);
+		if (placefs_slice_layout("sl", dt, ndim, shape, tb, &sl, &l, &err) != 0) {
+			ck_assert_uint_eq(bits % 8, 4); /* only sub-byte slices may be refused */
+			continue;
+		}
+		want = naive_slice(fx.data + off, bits, ndim, shape, dim, start, len, &want_n);
+		ck_assert_uint_eq(l.nbytes, want_n);
+		got = malloc(want_n + 1);
+
+		/* Borrow: the span holds exactly the slice. */
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, off, tb, &o, &sp, &err) == 0, "%s",
+		              err.msg);
+		ck_assert_uint_eq(sp.nbytes, want_n);
+		ck_assert_int_eq(placefs_backend_read_ring(
+		                         (struct placefs_backend *)placefs_stager_backend(st),
+		                         sp.ring_offset, got, want_n, NULL),
+		                 0);
+		ck_assert_msg(memcmp(got, want, want_n) == 0,
+		              "borrow: slice bytes differ (dtype %s ndim %u dim %u [%llu,+%llu))",
+		              placefs_dtype_name(dt), ndim, dim, (unsigned long long)start,
+		              (unsigned long long)len);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 7), 0);
+
+		/* Copy to a shm destination at an odd offset. */
+		memset(dst, 0xa5, want_n + 200);
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 101, 2 * MiB, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage_copy(st, fx.fd, off, tb, &o, &d, &sp, &err) == 0,
+		              "%s", err.msg);
+		ck_assert_uint_eq(sp.nbytes, want_n);
+		ck_assert_msg(memcmp(dst + 101, want, want_n) == 0, "copy: slice bytes differ");
+		ck_assert_uint_eq(dst[100], 0xa5);
+		ck_assert_uint_eq(dst[101 + want_n], 0xa5);
+		staged += 2;
+		if (l.offset != 0 || l.nbytes != tb)
+			bytes += 2 * want_n;
+		if (!placefs_slice_contiguous(&l)) {
+			strided++;
+			strided_bytes += 2 * want_n;
+		}
+		free(got);
+		free(want);
+		done++;
+	}
+	ck_assert_int_gt(done, 150);
+	ck_assert_uint_gt(strided, 30);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.errors, 0);
+	ck_assert_uint_eq(ss.leases, 0);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	ck_assert_uint_eq(ss.slice_bytes, bytes);
+	ck_assert_uint_eq(ss.staged[0] + ss.staged[1], staged);
+	/* Segments read exactly the slice; rows read at least it. */
+	if (mode == PLACEFS_STAGE_SLICE_SEGMENTS)
+		ck_assert_uint_eq(ss.strided_read_bytes, strided_bytes);
+	else
+		ck_assert_uint_ge(ss.strided_read_bytes, strided_bytes);
+	munmap(dst, 2 * MiB);
+	shm_unlink(name);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+
+START_TEST(test_slices_segments)
+{
+	slices_random(PLACEFS_STAGE_SLICE_SEGMENTS, 0x1234567);
+}
+END_TEST
+
+START_TEST(test_slices_rows)
+{
+	slices_random(PLACEFS_STAGE_SLICE_ROWS, 0x7654321);
+}
+END_TEST
+
+START_TEST(test_slices_auto)
+{
+	slices_random(PLACEFS_STAGE_SLICE_AUTO, 0xfeedbeef);
+}
+END_TEST
+
+/*
+ * The ring holds only the slice: a tensor four times the ring stages a
+ * quarter of itself; a slice larger than the ring is -EFBIG; a hand-built
+ * layout outside the tensor is -EINVAL before any read; a slice past the
+ * end of the file is -EIO; a bad mode or $PLACEFS_STAGE_SLICE_READ is
+ * refused at create.
+ */
+START_TEST(test_slices_bounds)
+{
+	const uint64_t shape[2] = {256, 4096}; /* F32: 4 MiB, a 1 MiB ring */
+	struct placefs_stager_config cfg = {.device = tu_device("host"),
+	                                    .ring_bytes = MiB,
+	                                    .host_buffer = 256 * KiB,
+	                                    .io_threads = 2};
+	struct placefs_slice_layout l;
+	struct placefs_slice sl;
+	struct placefs_stage_span sp;
+	struct placefs_stage_opts o = {.name = "big", .slice = &l};
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st = NULL;
+	struct placefs_error err;
+	struct fixture fx;
+	uint8_t *want, *got = malloc(MiB);
+	uint64_t n;
+	int dim;
+
+	fx_open(&fx, 4 * MiB + 100);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), 0);
+	for (dim = 0; dim < 2; dim++) {
+		sl = (struct placefs_slice){(uint32_t)dim, dim ? 2048 : 128, dim ? 1024 : 64};
+		ck_assert_int_eq(placefs_slice_layout("big", PLACEFS_DT_F32, 2, shape, 4 * MiB, &sl,
+		                                      &l, NULL),
+		                 0);
+		ck_assert_uint_eq(l.nbytes, MiB);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, 100, 4 * MiB, &o, &sp, &err) == 0,
+		              "%s", err.msg);
+		want = naive_slice(fx.data + 100, 32, 2, shape, (uint32_t)dim, sl.start, sl.len,
+		                   &n);
+		ck_assert_int_eq(placefs_backend_read_ring(
+		                         (struct placefs_backend *)placefs_stager_backend(st),
+		                         sp.ring_offset, got, n, NULL),
+		                 0);
+		ck_assert(memcmp(got, want, n) == 0);
+		free(want);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		/* One row more does not fit. */
+		sl.len += dim ? 4 : 1;
+		ck_assert_int_eq(placefs_slice_layout("big", PLACEFS_DT_F32, 2, shape, 4 * MiB, &sl,
+		                                      &l, NULL),
+		                 0);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 100, 4 * MiB, &o, &sp, &err),
+		                 -EFBIG);
+		ck_assert_ptr_nonnull(strstr(err.msg, "do not fit"));
+	}
+	/* A layout outside the tensor. */
+	l = (struct placefs_slice_layout){8, 2, 16, 4 * MiB, 32};
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 100, 4 * MiB, &o, &sp, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "tensor \"big\": slice layout"));
+	{
+		struct placefs_dest d;
+
+		ck_assert_int_eq(placefs_dest_shm(&d, "/placefs-test-none", 0, 10, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(
+		        placefs_stager_stage_copy(st, fx.fd, 100, 4 * MiB, &o, &d, &sp, &err),
+		        -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err.msg, "slice layout"));
+	}
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.read_bytes, 2 * MiB);
+	/* The tensor runs past the end of the file: the last rows cannot be read. */
+	sl = (struct placefs_slice){1, 4000, 96};
+	ck_assert_int_eq(
+	        placefs_slice_layout("big", PLACEFS_DT_F32, 2, shape, 4 * MiB, &sl, &l, NULL), 0);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_stage(st, fx.fd, 1000, 4 * MiB, &o, &sp, &err), -EIO);
+	ck_assert_ptr_nonnull(strstr(err.msg, "short read"));
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.ring_used, 0);
+	ck_assert_uint_eq(ss.leases, 0);
+	placefs_stager_free(st);
+
+	st = NULL;
+	cfg.slice_read = (enum placefs_stage_slice_read)9;
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), -EINVAL);
+	cfg.slice_read = PLACEFS_STAGE_SLICE_AUTO;
+	setenv("PLACEFS_STAGE_SLICE_READ", "columns", 1);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "PLACEFS_STAGE_SLICE_READ=\"columns\""));
+	setenv("PLACEFS_STAGE_SLICE_READ", "rows", 1);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, NULL), 0);
+	placefs_stager_free(st);
+	unsetenv("PLACEFS_STAGE_SLICE_READ");
+	free(got);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *stage_suite(void)
 {
 	Suite *s = suite_create("stage");
@@ -1489,6 +1777,10 @@ static Suite *stage_suite(void)
 	tcase_add_test(tc, test_device_pass_host);
 	tcase_add_test(tc, test_zero_copy_host);
 	tcase_add_test(tc, test_io_spin_setting);
+	tcase_add_test(tc, test_slices_segments);
+	tcase_add_test(tc, test_slices_rows);
+	tcase_add_test(tc, test_slices_auto);
+	tcase_add_test(tc, test_slices_bounds);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("cuda");
 	tcase_set_timeout(tc, 120);

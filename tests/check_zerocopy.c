@@ -179,6 +179,62 @@ static void touch_later(const char *path)
 	ck_assert_int_eq(utimensat(AT_FDCWD, path, t, 0), 0);
 }
 
+/*
+ * One registry for two devices (lib/stagers.h): a shard registered once
+ * (by the first device's context) is copied into either device's ring, and
+ * counted once.
+ */
+START_TEST(test_copy_ctx_shared)
+{
+	char *dir = tu_mkdtemp(), *path = shard(dir, "s", 256 * KiB, 3);
+	struct fake *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+	struct placefs_zerocopy_src *z;
+	struct placefs_zerocopy *zc;
+	struct placefs_zerocopy_stats st;
+	struct placefs_error err;
+	uint64_t i;
+	int fd = open_ro(path);
+
+	fake_init(a);
+	fake_init(b);
+	zc = fake_registry(a, 0);
+	z = placefs_zerocopy_acquire(zc, fd, 1000, 5000);
+	ck_assert_ptr_nonnull(z);
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_zerocopy_copy_ctx(zc, b, z, fd, chunks, 2, 1000, 64, 5000, &err) == 0,
+	              "%s", err.msg);
+	ck_assert_int_eq(
+	        placefs_zerocopy_copy_ctx(zc, NULL, z, fd, chunks, 2, 1000, 128, 5000, NULL), 0);
+	for (i = 0; i < 5000; i++) {
+		ck_assert_uint_eq(b->ring[64 + i], pat(1000 + i, 3));
+		ck_assert_uint_eq(a->ring[128 + i], pat(1000 + i, 3));
+	}
+	ck_assert_uint_eq(b->ring[128 + 5000 + 1], 0);
+	ck_assert_uint_eq(a->copies, 1);
+	ck_assert_uint_eq(b->copies, 1);
+	ck_assert_uint_eq(a->maps, 1); /* registered once, by its own context */
+	ck_assert_uint_eq(b->maps, 0);
+	st = stats(zc);
+	ck_assert_uint_eq(st.bytes, 10000);
+	ck_assert_uint_eq(st.registrations, 1);
+	/* A failing device reports its own error. */
+	b->copy_rc = -EIO;
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_zerocopy_copy_ctx(zc, b, z, fd, chunks, 2, 1000, 64, 5000, &err),
+	                 -EIO);
+	ck_assert_str_eq(err.msg, "fake: the DMA failed");
+	placefs_zerocopy_put(zc, z);
+	placefs_zerocopy_free(zc);
+	ck_assert_uint_eq(a->unmaps, 1);
+	close(fd);
+	tu_rmtree(dir);
+	free(path);
+	free(dir);
+	free(a);
+	free(b);
+}
+END_TEST
+
 /* The host backend has no zero-copy: the registry refuses to exist, cleanly. */
 START_TEST(test_host_unsupported)
 {
@@ -555,6 +611,7 @@ static Suite *zerocopy_suite(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_host_unsupported);
+	tcase_add_test(tc, test_copy_ctx_shared);
 	tcase_add_test(tc, test_lookup_and_uses);
 	tcase_add_test(tc, test_cap_and_stale);
 	tcase_add_test(tc, test_registration_fails);

@@ -152,11 +152,21 @@ static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
 	expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with size 255");
 	ri.size = 257;
 	expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with size 257");
-	for (i = 0; i < 10; i++) {
+	for (i = 0; i < 12; i++) {
+		/* reserved[], then flags, select, ndevices, position (none is served yet) */
 		memset(&ri, 0, sizeof(ri));
 		ri.version = PLACEFS_IOC_VERSION;
 		ri.size = sizeof(ri);
-		ri.reserved[i] = 1;
+		if (i < 8)
+			ri.reserved[i] = 1;
+		else if (i == 8)
+			ri.flags = 1;
+		else if (i == 9)
+			ri.select = 1;
+		else if (i == 10)
+			ri.ndevices = 1;
+		else
+			ri.position = 1;
 		expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with reserved[i] set");
 	}
 
@@ -187,10 +197,20 @@ static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
 	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
 	s.pad0 = 1;
 	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with pad0 set");
-	for (i = 0; i < 10; i++) {
+	for (i = 0; i < 11; i++) {
+		/* reserved[], then slice_dim, device, slice_start, slice_len without their flags */
 		stage_init(&s, PLACEFS_IOC_STAGE_COPY);
 		copy_init(&s, shm, 0, n);
-		s.reserved[i] = 0x100;
+		if (i < 7)
+			s.reserved[i] = 0x100;
+		else if (i == 7)
+			s.slice_dim = 1;
+		else if (i == 8)
+			s.device = 1;
+		else if (i == 9)
+			s.slice_start = 1;
+		else
+			s.slice_len = 1;
 		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with reserved[i] set");
 	}
 	/* Borrow mode takes no destination. */

@@ -44,6 +44,21 @@
  *   none  staging is disabled: the stage calls and dest_create fail with
  *         ENODEV.
  *
+ * A mount may stage to several devices (-o device=cuda:0,cuda:1,...), one
+ * ring each (ring_info.ndevices > 1). A tensor-parallel rank asks for its
+ * own device's ring with placefs_client_ring_info_device(), makes its
+ * destination from that (so copies into it go to that device by
+ * themselves), and stages only its part of each weight with a slice:
+ *
+ *   struct placefs_client_stage_args a = {.flags = PLACEFS_IOC_STAGE_SLICE};
+ *   a.slice_dim = 0;                                  // column-parallel: rows
+ *   placefs_client_shard(shape[0], rank, world, &a.slice_start, &a.slice_len, &e);
+ *   placefs_client_ring_info_device(fd, rank, &ri, &e);
+ *   placefs_client_dest_create(&ri, bytes, &d, &e);
+ *   placefs_client_copy_ex(fd, d, 0, &a, &r, &e);    // r.nbytes: the slice's
+ *
+ * A borrow on such a mount must name the device (PLACEFS_IOC_STAGE_DEVICE).
+ *
  * Every function returns 0 or a negative errno (the errno of the ioctl, see
  * <placefs/ioctl.h>) and, when `err` is not NULL, fills it with a one-line
  * message naming the file and the cause. Functions that take a descriptor
@@ -86,6 +101,16 @@ int placefs_client_open(const char *path, int *fd, struct placefs_client_error *
  */
 int placefs_client_ring_info(int fd, struct placefs_ioc_ring_info *ri,
                              struct placefs_client_error *err);
+/*
+ * The ring of one device of the mount (PLACEFS_IOC_RING_INFO_DEVICE; the
+ * CUDA ordinal, or N of host:N) or at one position of its device list
+ * (PLACEFS_IOC_RING_INFO_POSITION, 0 .. ndevices - 1). -ENODEV when the
+ * mount has no such ring.
+ */
+int placefs_client_ring_info_device(int fd, int32_t device, struct placefs_ioc_ring_info *ri,
+                                    struct placefs_client_error *err);
+int placefs_client_ring_info_at(int fd, uint32_t position, struct placefs_ioc_ring_info *ri,
+                                struct placefs_client_error *err);
 
 /*
  * The GPU-placed tensor files of the mount on `mountpoint`, in checkpoint
@@ -115,6 +140,48 @@ int placefs_client_borrow(int fd, uint64_t timeout_ns, struct placefs_ioc_stage 
 int placefs_client_copy(int fd, const struct placefs_client_dest *dest, uint64_t dest_offset,
                         uint64_t timeout_ns, struct placefs_ioc_stage *out,
                         struct placefs_client_error *err);
+
+/*
+ * What a stage may add to the whole-tensor default (NULL or all zero: the
+ * whole tensor, as placefs_client_borrow() and _copy()). flags:
+ * PLACEFS_IOC_STAGE_SLICE (slice_dim 0 or 1, slice_start, slice_len >= 1:
+ * see <placefs/ioctl.h>), PLACEFS_IOC_STAGE_DEVICE (device: the CUDA
+ * ordinal, or N of host:N). Fields whose flag is not set are ignored.
+ */
+struct placefs_client_stage_args {
+	uint64_t timeout_ns; /* as placefs_client_borrow()'s */
+	uint32_t flags;
+	uint32_t slice_dim;
+	uint64_t slice_start;
+	uint64_t slice_len;
+	int32_t device;
+};
+
+/*
+ * placefs_client_borrow() with a slice and/or a device: EINVAL for a bad
+ * slice or unknown flags, ENODEV for a device the mount does not stage to,
+ * EFBIG when the slice does not fit the ring.
+ */
+int placefs_client_borrow_ex(int fd, const struct placefs_client_stage_args *a,
+                             struct placefs_ioc_stage *out, struct placefs_client_error *err);
+
+/*
+ * placefs_client_copy() with a slice and/or a device; the slice's bytes
+ * must fit the destination. Without PLACEFS_IOC_STAGE_DEVICE, a
+ * destination made from the ring info of a mount of several devices names
+ * its ring's device itself (placefs_client_copy() does the same).
+ */
+int placefs_client_copy_ex(int fd, const struct placefs_client_dest *dest, uint64_t dest_offset,
+                           const struct placefs_client_stage_args *a, struct placefs_ioc_stage *out,
+                           struct placefs_client_error *err);
+
+/*
+ * The even tensor-parallel split: rank's part of a dimension of dim_size
+ * (*start = rank * dim_size / world, *len = dim_size / world). -EINVAL when
+ * world is 0, rank >= world, or dim_size is 0 or not a multiple of world.
+ */
+int placefs_client_shard(uint64_t dim_size, uint32_t rank, uint32_t world, uint64_t *start,
+                         uint64_t *len, struct placefs_client_error *err);
 
 /* Ends a borrow lease taken on the same descriptor (-ENOENT if there is none). */
 int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *err);

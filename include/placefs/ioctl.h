@@ -23,9 +23,18 @@
  *
  * Errors (errno after ioctl() returns -1):
  *   EINVAL     bad version, size, mode, flags, reserved field, destination
- *              (kind, handle, offset + nbytes > dest_size)
- *   EFBIG      the tensor is larger than the staging ring (never staged)
- *   ENODEV     staging is disabled on this mount (-o device=none)
+ *              (kind, handle, offset + nbytes > dest_size); a bad slice
+ *              (slice_dim not 0 or 1, or 1 of a 1-dimensional tensor,
+ *              slice_len 0, start + len past the dimension, a start, length
+ *              or row stride that is not a whole number of bytes for a
+ *              sub-byte dtype); on a mount of several devices, a request
+ *              that names no device where none can be inferred (a borrow,
+ *              a shm destination)
+ *   EFBIG      the tensor (or the slice asked for) is larger than the
+ *              staging ring (never staged)
+ *   ENODEV     staging is disabled on this mount (-o device=none), or the
+ *              request names (or its CUDA IPC destination lives on) a
+ *              device this mount does not stage to
  *   EOPNOTSUPP the destination kind cannot be served by this backend
  *              (a CUDA IPC destination on the host backend)
  *   EACCES     the destination shared-memory object is not the caller's
@@ -96,18 +105,45 @@ enum placefs_ioc_stage_mode {
 	PLACEFS_IOC_STAGE_READ = 2,
 };
 
+/* stage.flags */
+/*
+ * slice_dim, slice_start and slice_len are valid: stage only elements
+ * [slice_start, slice_start + slice_len) of dimension slice_dim (0: rows, a
+ * contiguous range; 1: columns, one segment per row), compacted: the bytes
+ * of the C-contiguous tensor t[start:start+len] or t[:, start:start+len].
+ * Only the slice is read, takes ring space and lands in the destination;
+ * nbytes comes back as the slice's size. Borrow and copy alike.
+ */
+#define PLACEFS_IOC_STAGE_SLICE 0x1u
+/*
+ * `device` is valid: stage into the ring of that device (a CUDA ordinal,
+ * or N of a host:N stand-in; -1 is the single host ring). Without it a
+ * mount of one device uses that one, and a mount of several the device a
+ * CUDA IPC destination lives on; a borrow (or a shm destination) on a
+ * mount of several must name one.
+ */
+#define PLACEFS_IOC_STAGE_DEVICE 0x2u
+
+/* ring_info.flags */
+/* Describe the ring of device `select` (an ordinal as stage.device): ENODEV if not served. */
+#define PLACEFS_IOC_RING_INFO_DEVICE 0x1u
+/* Describe the ring at position `select` (0 .. ndevices - 1) of the mount's list: ENODEV past it. */
+#define PLACEFS_IOC_RING_INFO_POSITION 0x2u
+
 /* stage.out_flags */
 #define PLACEFS_IOC_STAGED_PREFETCHED 0x1u /* the bytes were already in the ring */
 
 /*
- * PLACEFS_IOC_RING_INFO: describes the mount's staging ring.
- * In: version, size. Out: everything else (reserved stays zero).
+ * PLACEFS_IOC_RING_INFO: describes the mount's staging ring (the first
+ * device's on a mount of several, unless flags select another).
+ * In: version, size, flags, select. Out: everything else (reserved stays
+ * zero).
  */
 struct placefs_ioc_ring_info {
 	uint32_t version;           /* in: PLACEFS_IOC_VERSION */
 	uint32_t size;              /* in: sizeof(struct placefs_ioc_ring_info) */
 	uint32_t backend;           /* out: enum placefs_ioc_backend */
-	int32_t device;             /* out: CUDA device ordinal, -1 for host and none */
+	int32_t device;             /* out: CUDA ordinal (N of host:N), -1 for host and none */
 	uint64_t ring_bytes;        /* out: size of the one ring allocation */
 	uint64_t host_buffer_bytes; /* out: pinned bounce memory the daemon uses */
 	uint64_t alignment;         /* out: every ring_offset is a multiple of this */
@@ -115,7 +151,11 @@ struct placefs_ioc_ring_info {
 	uint32_t handle_bytes;      /* out: used bytes of `handle` */
 	uint8_t handle
 	        [PLACEFS_IOC_HANDLE_MAX]; /* out: how to map the ring: IPC handle or shm name */
-	uint64_t reserved[10];            /* in: zero; out: zero */
+	uint32_t flags;                   /* in: zero or one PLACEFS_IOC_RING_INFO_* */
+	int32_t select;                   /* in: the device or position flags name; else zero */
+	uint32_t ndevices;    /* out: the rings of this mount: 0 (none), 1, or one per device */
+	uint32_t position;    /* out: this ring's position in the mount's list */
+	uint64_t reserved[8]; /* in: zero; out: zero */
 };
 
 /*
@@ -129,23 +169,27 @@ struct placefs_ioc_stage {
 	uint32_t version;           /* in: PLACEFS_IOC_VERSION */
 	uint32_t size;              /* in: sizeof(struct placefs_ioc_stage) */
 	uint32_t mode;              /* in: enum placefs_ioc_stage_mode */
-	uint32_t flags;             /* in: zero (none defined) */
+	uint32_t flags;             /* in: PLACEFS_IOC_STAGE_SLICE, _DEVICE, or zero */
 	uint32_t dest_kind;         /* in, copy mode: enum placefs_ioc_handle_kind */
 	uint32_t dest_handle_bytes; /* in, copy mode: used bytes of dest_handle */
 	uint64_t dest_offset;       /* in, copy mode: byte offset into the destination */
 	uint64_t dest_size;         /* in, copy mode: size of the destination allocation */
 	uint8_t dest_handle[PLACEFS_IOC_HANDLE_MAX]; /* in, copy mode */
-	uint64_t timeout_ns;   /* in: longest wait for ring space; 0 = -o stage_timeout */
-	uint64_t nbytes;       /* out: tensor payload bytes */
-	uint64_t ring_offset;  /* out: borrow: where the bytes are; copy: where they were */
-	uint64_t lease;        /* out: borrow: lease id (non-zero); copy: 0 */
-	uint64_t wait_ns;      /* out: time spent waiting for ring space */
-	uint64_t read_ns;      /* out: time from storage into the ring */
-	uint64_t copy_ns;      /* out: time from the ring into the destination */
-	uint64_t total_ns;     /* out: time in the daemon */
-	uint32_t out_flags;    /* out: PLACEFS_IOC_STAGED_* */
-	uint32_t pad0;         /* in: zero */
-	uint64_t reserved[10]; /* in: zero; out: zero */
+	uint64_t timeout_ns;  /* in: longest wait for ring space; 0 = -o stage_timeout */
+	uint64_t nbytes;      /* out: payload bytes staged (the slice's, with SLICE) */
+	uint64_t ring_offset; /* out: borrow: where the bytes are; copy: where they were */
+	uint64_t lease;       /* out: borrow: lease id (non-zero); copy: 0 */
+	uint64_t wait_ns;     /* out: time spent waiting for ring space */
+	uint64_t read_ns;     /* out: time from storage into the ring */
+	uint64_t copy_ns;     /* out: time from the ring into the destination */
+	uint64_t total_ns;    /* out: time in the daemon */
+	uint32_t out_flags;   /* out: PLACEFS_IOC_STAGED_* */
+	uint32_t pad0;        /* in: zero */
+	uint32_t slice_dim;   /* in, with SLICE: 0 or 1; else zero */
+	int32_t device;       /* in, with DEVICE: the device; else zero. out: the device used */
+	uint64_t slice_start; /* in, with SLICE: first element of slice_dim; else zero */
+	uint64_t slice_len;   /* in, with SLICE: elements (>= 1); else zero */
+	uint64_t reserved[7]; /* in: zero; out: zero */
 };
 
 /* PLACEFS_IOC_RELEASE: ends a borrow lease taken on the same file descriptor. */
@@ -242,6 +286,18 @@ PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, nbytes) == 176,
                    "placefs_ioc_stage.nbytes offset");
 PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, out_flags) == 232,
                    "placefs_ioc_stage.out_flags offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, slice_dim) == 240,
+                   "placefs_ioc_stage.slice_dim offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, device) == 244,
+                   "placefs_ioc_stage.device offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, slice_start) == 248,
+                   "placefs_ioc_stage.slice_start offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_stage, slice_len) == 256,
+                   "placefs_ioc_stage.slice_len offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_ring_info, flags) == 176,
+                   "placefs_ioc_ring_info.flags offset");
+PLACEFS_IOC_ASSERT(__builtin_offsetof(struct placefs_ioc_ring_info, position) == 188,
+                   "placefs_ioc_ring_info.position offset");
 
 #if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) ||        \
         defined(__riscv)

@@ -45,13 +45,14 @@ STAGED_PREFETCHED = 0x1
 #
 # struct placefs_ioc_ring_info: version, size, backend, device (int32),
 # ring_bytes, host_buffer_bytes, alignment, handle_kind, handle_bytes,
-# handle[128], reserved[10].
-_RING_INFO_FMT = "=IIIiQQQII%ds10Q" % HANDLE_MAX
+# handle[128], flags, select (int32), ndevices, position, reserved[8].
+_RING_INFO_FMT = "=IIIiQQQII%dsIiII8Q" % HANDLE_MAX
 # struct placefs_ioc_stage: version, size, mode, flags, dest_kind,
 # dest_handle_bytes, dest_offset, dest_size, dest_handle[128], timeout_ns,
 # nbytes, ring_offset, lease, wait_ns, read_ns, copy_ns, total_ns,
-# out_flags, pad0, reserved[10].
-_STAGE_FMT = "=IIIIIIQQ%dsQQQQQQQQII10Q" % HANDLE_MAX
+# out_flags, pad0, slice_dim, device (int32), slice_start, slice_len,
+# reserved[7].
+_STAGE_FMT = "=IIIIIIQQ%dsQQQQQQQQIIIiQQ7Q" % HANDLE_MAX
 # struct placefs_ioc_release: version, size, lease, reserved[6].
 _RELEASE_FMT = "=IIQ6Q"
 # struct placefs_ioc_stage_batch: version, size, mode, count, dest_kind, dest_handle_bytes,

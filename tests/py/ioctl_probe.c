@@ -63,6 +63,10 @@ int main(void)
 	FIELD(ring_info, handle_kind);
 	FIELD(ring_info, handle_bytes);
 	FIELD(ring_info, handle);
+	FIELD(ring_info, flags);
+	FIELD(ring_info, select);
+	FIELD(ring_info, ndevices);
+	FIELD(ring_info, position);
 	FIELD(ring_info, reserved);
 	FIELD(stage, version);
 	FIELD(stage, size);
@@ -83,6 +87,10 @@ int main(void)
 	FIELD(stage, total_ns);
 	FIELD(stage, out_flags);
 	FIELD(stage, pad0);
+	FIELD(stage, slice_dim);
+	FIELD(stage, device);
+	FIELD(stage, slice_start);
+	FIELD(stage, slice_len);
 	FIELD(stage, reserved);
 	FIELD(release, version);
 	FIELD(release, size);

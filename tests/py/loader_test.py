@@ -168,12 +168,13 @@ def check_state_dict(sd, mnt, ref, limit, what, device="cpu"):
 FIELDS = {
     "ring_info": ("_RING_INFO_FMT", ["version", "size", "backend", "device", "ring_bytes",
                                      "host_buffer_bytes", "alignment", "handle_kind",
-                                     "handle_bytes", "handle", "reserved"]),
+                                     "handle_bytes", "handle", "flags", "select",
+                                     "ndevices", "position", "reserved"]),
     "stage": ("_STAGE_FMT", ["version", "size", "mode", "flags", "dest_kind",
                              "dest_handle_bytes", "dest_offset", "dest_size", "dest_handle",
                              "timeout_ns", "nbytes", "ring_offset", "lease", "wait_ns",
                              "read_ns", "copy_ns", "total_ns", "out_flags", "pad0",
-                             "reserved"]),
+                             "slice_dim", "device", "slice_start", "slice_len", "reserved"]),
     "release": ("_RELEASE_FMT", ["version", "size", "lease", "reserved"]),
 }
 
