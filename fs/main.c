@@ -340,10 +340,9 @@ int main(int argc, char *argv[])
 		goto out_opts;
 	}
 	if (opts.show_help) {
+		/* Not fuse_cmdline_help(): its max_threads default is not placefs's. */
 		placefs_opts_usage(stdout, "placefs");
-		printf("FUSE options:\n");
 		fflush(stdout);
-		fuse_cmdline_help();
 		fuse_lowlevel_help();
 		status = PLACEFS_EXIT_OK;
 		goto out_opts;

@@ -5,6 +5,7 @@
 #include <fuse_lowlevel.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@ struct parse_ctx {
 	char *extra; /* the first surplus positional, for the message */
 	int max_threads_given;
 	char *no_perms; /* an option that would turn default_permissions off */
+	char *misspelt; /* the first --name or -o name-with-dashes, refused (see misspelling()) */
 	int nomem;
 };
 
@@ -98,6 +100,86 @@ static int add_prefix(struct placefs_opts *o, const char *p)
 	return 0;
 }
 
+/* placefs's own -o option names, for the message of a misspelt one. */
+static const char *const own_names[] = {
+        "buffer_size",      "index",       "device",        "read_mode",
+        "readahead",        "host_buffer", "ring_size",     "push_threads",
+        "max_background",   "zero_copy",   "stage_timeout", "max_waiting",
+        "user_share",       "noprefetch",  "prefix",        "max_threads",
+        "max_idle_threads",
+};
+
+/*
+ * Whether arg is a placefs option in a spelling placefs does not take:
+ * "--buffer-size=8M" or "--ring_size" (GNU long options: placefs, like every
+ * FUSE file system mounted by mount(8) or fstab, takes -o name=value), or
+ * "-o buffer-size=8M" (dashes for underscores). "--help" and "--version"
+ * are libfuse's own and stay.
+ */
+static int misspelling(const char *arg)
+{
+	char name[64];
+	size_t i, n;
+	int dashes = 0;
+
+	if (strcmp(arg, "--help") == 0 || strcmp(arg, "--version") == 0)
+		return 0;
+	if (strncmp(arg, "--", 2) == 0 && arg[2] != '\0')
+		return 1;
+	if (arg[0] == '-')
+		return 0;
+	n = strcspn(arg, "=");
+	if (n >= sizeof(name))
+		return 0;
+	for (i = 0; i < n; i++) {
+		dashes += arg[i] == '-';
+		name[i] = arg[i] == '-' ? '_' : arg[i];
+	}
+	name[n] = '\0';
+	if (!dashes)
+		return 0;
+	for (i = 0; i < sizeof(own_names) / sizeof(own_names[0]); i++)
+		if (strcmp(name, own_names[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* The usage error for a misspelt option, naming the -o spelling when there is one. */
+static int misspelt_error(const char *arg, struct placefs_error *err)
+{
+	const char *p = arg + strspn(arg, "-");
+	const char *eq = strchr(p, '=');
+	size_t n = eq ? (size_t)(eq - p) : strlen(p), i;
+	char name[64];
+
+	if (n < sizeof(name)) {
+		for (i = 0; i < n; i++)
+			name[i] = p[i] == '-' ? '_' : p[i];
+		name[n] = '\0';
+		for (i = 0; i < sizeof(own_names) / sizeof(own_names[0]); i++) {
+			if (strcmp(name, own_names[i]) != 0)
+				continue;
+			if (eq || strcmp(name, "noprefetch") == 0)
+				return placefs_error_set(
+				        err, -EINVAL, PLACEFS_E_USAGE,
+				        "unknown option '%s%s': placefs takes its options as "
+				        "-o name=value, as mount(8) and fstab pass them: use -o "
+				        "%s%s",
+				        arg[0] == '-' ? "" : "-o ", arg, name, eq ? eq : "");
+			return placefs_error_set(
+			        err, -EINVAL, PLACEFS_E_USAGE,
+			        "unknown option '%s%s': placefs takes its options as "
+			        "-o name=value, as mount(8) and fstab pass them: use "
+			        "-o %s=VALUE",
+			        arg[0] == '-' ? "" : "-o ", arg, name);
+		}
+	}
+	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+	                         "unknown option '%s': placefs takes its options as -o "
+	                         "name=value (see placefs -h)",
+	                         arg);
+}
+
 /* fuse_opt_parse() callback: -1 error, 0 discard the argument, 1 keep it. */
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
@@ -147,6 +229,15 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			return -1;
 		}
 		return 0;
+	case FUSE_OPT_KEY_OPT:
+		if (misspelling(arg)) {
+			if (!ctx->misspelt && !(ctx->misspelt = strdup(arg))) {
+				ctx->nomem = 1;
+				return -1;
+			}
+			return 0;
+		}
+		return 1;
 	default: return 1;
 	}
 }
@@ -206,15 +297,65 @@ static int absolutize(const char *path, char **out)
 	return 0;
 }
 
+/*
+ * A size as the size grammar (lib/size.h) reads it back, short: the largest
+ * binary suffix that divides it exactly (64M) or the largest decimal one
+ * (64MB), whichever is shorter (binary on a tie), else the bytes.
+ */
+static void compact_size(uint64_t v, char *buf, size_t len)
+{
+	static const char *const bin[] = {"T", "G", "M", "K"};
+	static const char *const dec[] = {"TB", "GB", "MB", "KB"};
+	static const uint64_t dscale[] = {1000000000000ULL, 1000000000ULL, 1000000ULL, 1000ULL};
+	char b[32], d[32];
+	size_t i;
+
+	snprintf(b, sizeof(b), "%" PRIu64, v);
+	snprintf(d, sizeof(d), "%" PRIu64, v);
+	for (i = 0; v && i < 4; i++) {
+		unsigned shift = (unsigned)(40 - 10 * i);
+
+		if ((v & ((1ULL << shift) - 1)) == 0) {
+			snprintf(b, sizeof(b), "%" PRIu64 "%s", v >> shift, bin[i]);
+			break;
+		}
+	}
+	for (i = 0; v && i < 4; i++) {
+		if (v % dscale[i] == 0) {
+			snprintf(d, sizeof(d), "%" PRIu64 "%s", v / dscale[i], dec[i]);
+			break;
+		}
+	}
+	snprintf(buf, len, "%s", strlen(d) < strlen(b) ? d : b);
+}
+
+int placefs_opts_fsname(const struct placefs_opts *o, char **out)
+{
+	char lim[32], pre[32] = "";
+
+	if (o->has_limit)
+		compact_size(o->limit, lim, sizeof(lim));
+	else
+		snprintf(lim, sizeof(lim), "none");
+	if (o->nprefixes)
+		snprintf(pre, sizeof(pre), ",prefixes=%zu", o->nprefixes);
+	if (asprintf(out, "placefs:%s,buffer_size=%s%s", o->source, lim, pre) < 0) {
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* The mount options placefs always adds, last so that they win over the user's. */
 static int add_forced_options(struct placefs_opts *o)
 {
 	char *opts = NULL;
 	char *fsname = NULL;
+	char *name = NULL;
 	char num[32];
 	int rc = -ENOMEM;
 
-	if (asprintf(&fsname, "fsname=placefs:%s", o->source) < 0) {
+	if (placefs_opts_fsname(o, &name) < 0 || asprintf(&fsname, "fsname=%s", name) < 0) {
 		fsname = NULL;
 		goto out;
 	}
@@ -230,6 +371,7 @@ static int add_forced_options(struct placefs_opts *o)
 out:
 	free(opts);
 	free(fsname);
+	free(name);
 	return rc;
 }
 
@@ -278,6 +420,11 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 		else
 			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
 			                       "invalid command line (see placefs -h)");
+		goto out;
+	}
+	/* Before libfuse sees it: it would refuse it later as a FUSE failure (status 10). */
+	if (ctx.misspelt) {
+		rc = misspelt_error(ctx.misspelt, err);
 		goto out;
 	}
 	memset(&cmd, 0, sizeof(cmd));
@@ -479,6 +626,7 @@ out:
 	free(ctx.mountpoint);
 	free(ctx.extra);
 	free(ctx.no_perms);
+	free(ctx.misspelt);
 	return rc;
 }
 
@@ -501,6 +649,11 @@ void placefs_opts_release(struct placefs_opts *o)
 
 void placefs_opts_usage(FILE *f, const char *prog)
 {
+	char hbuf[32], rahead[32];
+
+	/* Every default printed comes from its one definition (opts.h, backend.h). */
+	compact_size(PLACEFS_HOST_BUFFER_DEFAULT, hbuf, sizeof(hbuf));
+	compact_size(PLACEFS_READAHEAD, rahead, sizeof(rahead));
 	fprintf(f,
 	        "usage: %s [options] SOURCE MOUNTPOINT\n"
 	        "\n"
@@ -517,14 +670,14 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           (default: model.safetensors.index.json if present)\n"
 	        "    -o device=DEV          staging device: cuda:N, host or none (default: cuda:0\n"
 	        "                           when a CUDA device is present, else none)\n"
-	        "    -o host_buffer=SIZE    pinned bounce memory for staging (default: 64M)\n"
+	        "    -o host_buffer=SIZE    pinned bounce memory for staging (default: %s)\n"
 	        "    -o ring_size=SIZE      device memory of the staging ring (default: the\n"
 	        "                           staging limit); at least the limit\n"
 	        "    -o noprefetch          stage only what is asked for, nothing ahead\n"
 	        "    -o read_mode=MODE      how tensor bytes are served: mmap (default: one copy,\n"
 	        "                           from a read-only mapping of each shard) or pread\n"
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"
-	        "                           when permitted (default: 16M; 0 = kernel default)\n"
+	        "                           when permitted (default: %s; 0 = kernel default)\n"
 	        "    -o zero_copy=0|1       cuda: DMA straight from registered shard mappings\n"
 	        "                           (default 0: pinned memory stays within host_buffer;\n"
 	        "                           1 registers the shards' page cache: faster after the\n"
@@ -541,8 +694,28 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           more fail with EAGAIN (default: %d)\n"
 	        "    -o user_share=PCT      ring share one user other than root and the\n"
 	        "                           daemon's may hold; more fail with EBUSY (default: %d)\n"
-	        "\n",
-	        prog, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS, PLACEFS_MAX_THREADS_MAX,
-	        PLACEFS_MAX_BACKGROUND, PLACEFS_STAGE_TIMEOUT, PLACEFS_MAX_WAITING,
-	        PLACEFS_USER_SHARE);
+	        "\n"
+	        "Options take the -o name=value form (also -o a=1,b=2), as mount(8) and fstab\n"
+	        "pass them; --buffer-size and the like are refused. SIZE is digits with an\n"
+	        "optional K, M, G, T, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB\n"
+	        "(powers of 1000) suffix: 64M = 67108864, 64MB = 64000000.\n"
+	        "\n"
+	        /*
+	         * libfuse's generic options, written here rather than by
+	         * fuse_cmdline_help(), which gives its own default for max_threads
+	         * (above, with placefs's).
+	         */
+	        "FUSE options:\n"
+	        "    -h   --help            print help\n"
+	        "    -V   --version         print version\n"
+	        "    -d   -o debug          enable debug output (implies -f)\n"
+	        "    -f                     foreground operation\n"
+	        "    -s                     disable multi-threaded operation\n"
+	        "    -o clone_fd            use separate fuse device fd for each thread\n"
+	        "                           (may improve performance)\n"
+	        "    -o max_idle_threads=N  the maximum number of idle worker threads\n"
+	        "                           allowed (default: -1, no limit; at most %d)\n",
+	        prog, hbuf, rahead, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS,
+	        PLACEFS_MAX_THREADS_MAX, PLACEFS_MAX_BACKGROUND, PLACEFS_STAGE_TIMEOUT,
+	        PLACEFS_MAX_WAITING, PLACEFS_USER_SHARE, PLACEFS_MAX_THREADS_MAX);
 }

@@ -123,7 +123,31 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 /* Frees what placefs_opts_parse() allocated; safe on a zeroed or partly filled struct. */
 void placefs_opts_release(struct placefs_opts *o);
 
-/* Prints placefs's usage and own options (libfuse's are printed by the caller). */
+/*
+ * The file system name placefs mounts with, shown by /proc/mounts, findmnt
+ * and df as the mount's SOURCE (malloc'd into *out; 0 or -ENOMEM):
+ *
+ *   placefs:SOURCE,buffer_size=LIMIT                (LIMIT: 64M, 5GB, 1000, none)
+ *   placefs:SOURCE,buffer_size=LIMIT,prefixes=N     (with N -o prefix= options)
+ *
+ * SOURCE as given, LIMIT the staging limit from -o buffer_size or
+ * INSTANTTENSOR_BUFFER_SIZE in the size grammar (lib/size.h), exact and
+ * short. The kernel shows it as given except for space, tab, newline and
+ * backslash (octal escapes, as in every /proc/mounts field); its limit is
+ * one page (mount(2)). The options come last, from the last
+ * ",buffer_size=" on, so that a SOURCE with commas still reads back. (Not in
+ * brackets: findmnt writes a bind mount's root as SOURCE[/dir].) The prefixes themselves, the ring and the device are
+ * in .placefs/plan and the start-up log: a name with arbitrary bytes in it
+ * would no longer be short or stable.
+ */
+int placefs_opts_fsname(const struct placefs_opts *o, char **out);
+
+/*
+ * Prints placefs's usage, its own options and libfuse's generic ones
+ * (-h, -V, -d, -f, -s, clone_fd, max_idle_threads; max_threads once, with
+ * placefs's default); the caller adds fuse_lowlevel_help() for the mount
+ * options.
+ */
 void placefs_opts_usage(FILE *f, const char *prog);
 
 #endif

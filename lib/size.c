@@ -8,19 +8,27 @@
 
 #include "size.h"
 
-#define GRAMMAR "digits with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix"
+#define GRAMMAR                                                                                    \
+	"digits with an optional suffix: K, M, G, T, KiB, MiB, GiB, TiB (powers of 1024) or KB, "  \
+	"MB, GB, TB (powers of 1000)"
 
 /* Longest part of a bad value quoted in a message; the rest is elided. */
 #define QUOTE_MAX 64
 
 struct suffix {
 	const char *text;
-	unsigned shift;
+	uint64_t scale;
 };
 
+/*
+ * K/M/G/T are binary, as in dd, numfmt --from=iec and every size option of
+ * placefs before the SI forms; KB/MB/GB/TB are decimal, as Hugging Face's
+ * max_shard_size ("5GB") and numfmt --from=si mean them.
+ */
 static const struct suffix suffixes[] = {
-        {"K", 10},   {"M", 20},   {"G", 30},   {"T", 40},
-        {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40},
+        {"K", 1ULL << 10},   {"M", 1ULL << 20},   {"G", 1ULL << 30},     {"T", 1ULL << 40},
+        {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30},   {"TiB", 1ULL << 40},
+        {"KB", 1000ULL},     {"MB", 1000000ULL},  {"GB", 1000000000ULL}, {"TB", 1000000000000ULL},
 };
 
 int placefs_size_parse(const char *text, const char *origin, uint64_t *out,
@@ -29,7 +37,7 @@ int placefs_size_parse(const char *text, const char *origin, uint64_t *out,
 	char q[QUOTE_MAX * 4 + 8];
 	uint64_t v = 0;
 	const char *p;
-	unsigned shift = 0;
+	uint64_t scale = 1;
 	int overflow = 0;
 
 	if (!origin)
@@ -71,16 +79,16 @@ int placefs_size_parse(const char *text, const char *origin, uint64_t *out,
 			                         "%s=\"%s\": unknown suffix \"%s\" (" GRAMMAR ")",
 			                         origin, q, qs);
 		}
-		shift = suffixes[i].shift;
+		scale = suffixes[i].scale;
 	}
 	if (!overflow && v == 0)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_LIMIT,
 		                         "%s=\"%s\": must be greater than zero", origin, q);
-	if (overflow || (shift && v > (UINT64_MAX >> shift)))
+	if (overflow || __builtin_mul_overflow(v, scale, &v))
 		return placefs_error_set(err, -ERANGE, PLACEFS_E_LIMIT,
 		                         "%s=\"%s\": too large (the most is %" PRIu64 " bytes)",
 		                         origin, q, UINT64_MAX);
-	*out = v << shift;
+	*out = v;
 	return 0;
 }
 

@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * size: the byte-size grammar shared by the staging limit
- * (INSTANTTENSOR_BUFFER_SIZE, --buffer-size, -o buffer_size=) and every other
- * size option.
+ * (INSTANTTENSOR_BUFFER_SIZE, placefs-plan --buffer-size, placefs -o
+ * buffer_size=) and every other size option of the programs.
  *
  *   size   := digits [suffix]
  *   digits := [0-9]+           (ASCII only; no sign, space, '_', '.', 0x)
- *   suffix := K | M | G | T | KiB | MiB | GiB | TiB   (all powers of 1024)
+ *   suffix := K | M | G | T | KiB | MiB | GiB | TiB   (powers of 1024)
+ *           | KB | MB | GB | TB                      (powers of 1000)
+ *
+ * So "64M" and "64MiB" are 67108864 bytes and "64MB" is 64000000, as
+ * Hugging Face writes max_shard_size ("5GB"). Suffixes are case-sensitive;
+ * "B", "k", "m", "P" and spaces are refused, and the message of an unknown
+ * suffix lists the accepted ones.
  *
  * The value must be > 0 and fit in uint64_t after scaling.
  */

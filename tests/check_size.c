@@ -10,8 +10,10 @@
 #include "size.h"
 #include "testutil.h"
 
-#define ENV     "INSTANTTENSOR_BUFFER_SIZE"
-#define GRAMMAR "(digits with an optional K/M/G/T or KiB/MiB/GiB/TiB suffix)"
+#define ENV "INSTANTTENSOR_BUFFER_SIZE"
+#define GRAMMAR                                                                                    \
+	"(digits with an optional suffix: K, M, G, T, KiB, MiB, GiB, TiB (powers of 1024) or KB, " \
+	"MB, GB, TB (powers of 1000))"
 
 static uint64_t parse_ok(const char *text)
 {
@@ -97,10 +99,52 @@ START_TEST(test_suffixes)
 }
 END_TEST
 
+/* KB/MB/GB/TB are powers of 1000, as Hugging Face writes max_shard_size. */
+START_TEST(test_si_suffixes)
+{
+	ck_assert_uint_eq(parse_ok("64MB"), 64000000);
+	ck_assert_uint_eq(parse_ok("5GB"), 5000000000ULL);
+	ck_assert_uint_eq(parse_ok("1KB"), 1000);
+	ck_assert_uint_eq(parse_ok("3TB"), 3000000000000ULL);
+	ck_assert_uint_eq(parse_ok("1000KB"), parse_ok("1MB"));
+	/* The binary forms stay binary, beside them. */
+	ck_assert_uint_eq(parse_ok("64M"), 64ULL << 20);
+	ck_assert_uint_eq(parse_ok("64MiB"), 64ULL << 20);
+	ck_assert_uint_ne(parse_ok("64MB"), parse_ok("64M"));
+	/* Zero and range after scaling by a power of ten. */
+	parse_bad("0MB", -EINVAL, ENV);
+	parse_bad("0TB", -EINVAL, ENV);
+	ck_assert_uint_eq(parse_ok("18446744073709551KB"), 18446744073709551000ULL);
+	parse_bad("18446744073709552KB", -ERANGE, ENV);
+	ck_assert_uint_eq(parse_ok("18446744TB"), 18446744000000000000ULL);
+	parse_bad("18446745TB", -ERANGE, ENV);
+	ck_assert_uint_eq(parse_ok("18446744073GB"), 18446744073000000000ULL);
+	parse_bad("18446744074GB", -ERANGE, ENV);
+	/* Garbage still wins over range. */
+	parse_bad("99999999999999999999999MB", -ERANGE, ENV);
+	parse_bad("99999999999999999999999MBx", -EINVAL, ENV);
+}
+END_TEST
+
+/* The message of a bad suffix lists every accepted one. */
+START_TEST(test_suffix_list)
+{
+	static const char *const all[] = {"K,",    " M,",   " G,",  " T,",  " KiB,", " MiB,",
+	                                  " GiB,", " TiB ", " KB,", " MB,", " GB,",  " TB "};
+	const char *msg = parse_bad("8XB", -EINVAL, "-o buffer_size");
+	size_t i;
+
+	for (i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		ck_assert_msg(strstr(msg, all[i]) != NULL, "\"%s\" missing in: %s", all[i], msg);
+	ck_assert_ptr_nonnull(strstr(msg, "1024"));
+	ck_assert_ptr_nonnull(strstr(msg, "1000"));
+}
+END_TEST
+
 START_TEST(test_unknown_suffix)
 {
-	ck_assert_str_eq(parse_bad("8MB", -EINVAL, ENV),
-	                 ENV "=\"8MB\": unknown suffix \"MB\" " GRAMMAR);
+	ck_assert_str_eq(parse_bad("8mB", -EINVAL, ENV),
+	                 ENV "=\"8mB\": unknown suffix \"mB\" " GRAMMAR);
 	ck_assert_str_eq(parse_bad("8m", -EINVAL, ENV),
 	                 ENV "=\"8m\": unknown suffix \"m\" " GRAMMAR);
 	ck_assert_str_eq(parse_bad("8 MiB", -EINVAL, ENV),
@@ -108,7 +152,14 @@ START_TEST(test_unknown_suffix)
 	parse_bad("8k", -EINVAL, ENV);
 	parse_bad("8mib", -EINVAL, ENV);
 	parse_bad("8Ki", -EINVAL, ENV);
-	parse_bad("8KB", -EINVAL, ENV);
+	parse_bad("8kB", -EINVAL, ENV);
+	parse_bad("8kb", -EINVAL, ENV);
+	parse_bad("8Kb", -EINVAL, ENV);
+	parse_bad("8Mb", -EINVAL, ENV);
+	parse_bad("8PB", -EINVAL, ENV);
+	parse_bad("8KiBB", -EINVAL, ENV);
+	parse_bad("8MBi", -EINVAL, ENV);
+	parse_bad("8MB ", -EINVAL, ENV);
 	parse_bad("8B", -EINVAL, ENV);
 	parse_bad("8P", -EINVAL, ENV);
 	parse_bad("8PiB", -EINVAL, ENV);
@@ -158,7 +209,7 @@ START_TEST(test_boundaries)
 	parse_bad("18014398509481984K", -ERANGE, ENV);
 	/* Garbage wins over range: a huge number with a bad tail is -EINVAL. */
 	parse_bad("99999999999999999999999.5", -EINVAL, ENV);
-	parse_bad("99999999999999999999999MB", -EINVAL, ENV);
+	parse_bad("99999999999999999999999MiBs", -EINVAL, ENV);
 }
 END_TEST
 
@@ -261,6 +312,8 @@ static Suite *size_suite(void)
 
 	tcase_add_test(tc, test_seed_table);
 	tcase_add_test(tc, test_suffixes);
+	tcase_add_test(tc, test_si_suffixes);
+	tcase_add_test(tc, test_suffix_list);
 	tcase_add_test(tc, test_unknown_suffix);
 	tcase_add_test(tc, test_zero_forms);
 	tcase_add_test(tc, test_boundaries);

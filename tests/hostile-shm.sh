@@ -24,9 +24,7 @@ require_fuse
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 
 STAGE=$top_builddir/tools/placefs-stage
-PYDIR=$top_srcdir/python
 [ -x "$STAGE" ] || fail "$STAGE is not built"
-[ -d "$PYDIR/placefs" ] || fail "no python package in $PYDIR"
 unset INSTANTTENSOR_COPY
 
 cd "$TMP" || fail "cd $TMP"
@@ -92,7 +90,9 @@ elif op == "copy":
     except OSError as e:
         print(errno.errorcode.get(e.errno, str(e.errno)))
 EOF
-export PYTHONPATH="$PYDIR${PYTHONPATH:+:$PYTHONPATH}"
+# The installed package (make install-python into $TMP), never python/ itself.
+. "$top_srcdir/tests/pyinstall.sh"
+py_install
 
 daemon_alive() {
 	kill -0 "$MOUNT_PID" 2>/dev/null && mount_serves "$MP"

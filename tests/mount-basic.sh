@@ -45,7 +45,8 @@ mount_fs ckpt.safetensors "$MP" -o buffer_size=4K,device=none
 line=$(mount_line "$MP")
 note "mountinfo: $line"
 echo "$line" | awk '{ print $6 }' | grep -Eq '(^|,)ro(,|$)' || fail "mount is not ro: $line"
-echo "$line" | grep -q ' - fuse\.placefs placefs:ckpt\.safetensors ' ||
+# The fsname carries the staging limit (tests/opts-friction.sh: every form of it).
+echo "$line" | grep -q ' - fuse\.placefs placefs:ckpt\.safetensors,buffer_size=4K ' ||
 	fail "wrong type or fsname: $line"
 echo "$line" | grep -q 'default_permissions' || fail "no default_permissions: $line"
 echo "$line" | grep -q 'max_read=1048576' || fail "no max_read=1048576: $line"

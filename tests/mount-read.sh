@@ -16,9 +16,11 @@ TEST_TIMEOUT=${TEST_TIMEOUT:-120}
 . "$(dirname "$0")/lib.sh"
 require_fuse
 
-PYTHONPATH=$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}
+# The installed package (make install-python into $TMP), never python/ itself.
+. "$top_srcdir/tests/pyinstall.sh"
+py_install
 PLACEFS_NO_TORCH=1
-export PYTHONPATH PLACEFS_NO_TORCH
+export PLACEFS_NO_TORCH
 T="$PYTHON $top_srcdir/tests/py/read_test.py"
 
 cd "$TMP" || fail "cd $TMP"

@@ -20,8 +20,9 @@ require_fuse
 
 VIEWCHECK=$top_builddir/tests/test_viewcheck
 [ -x "$VIEWCHECK" ] || fail "$VIEWCHECK is not built"
-PYTHONPATH=$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONPATH
+# The installed package (make install-python into $TMP), never python/ itself.
+. "$top_srcdir/tests/pyinstall.sh"
+py_install
 
 cd "$TMP" || fail "cd $TMP"
 

@@ -1,7 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# python-loader: python/placefs (standard library only) against the C header
-# and against live mounts with the host staging backend (-o device=host):
+# python-loader: the package placefs (standard library only), as `make
+# install-python` installs it into a temporary DESTDIR (tests/pyinstall.sh:
+# imported from there, not from python/), against the C header and against
+# live mounts with the host staging backend (-o device=host):
 #   - struct layouts, field offsets, ioctl numbers and packed bytes equal
 #     what the C compiler makes of include/placefs/ioctl.h;
 #   - the seed scenario: limit 8 MiB, a 1 MiB tensor staged (copy and borrow)
@@ -12,16 +14,20 @@
 #   - load_state_dict (both modes, several workers) equals plain reads of
 #     every file and the checkpoint itself, for many dtypes and odd names,
 #     a sharded checkpoint, a -o device=none mount and an all-cpu mount;
-#   - INSTANTTENSOR_COPY handling; the command line (--verify).
+#   - INSTANTTENSOR_COPY handling; the command line (the installed placefs-load
+#     script and python3 -m placefs, --verify).
 TEST_TIMEOUT=${TEST_TIMEOUT:-150}
 . "$(dirname "$0")/lib.sh"
 require_fuse
 
+. "$top_srcdir/tests/pyinstall.sh"
+
 PYDIR=$top_srcdir/tests/py
-PYTHONPATH=$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}
+# The installed package (make install-python into $TMP), never python/ itself.
+py_install
 # The module must work with the standard library alone: that is what is tested.
 PLACEFS_NO_TORCH=1
-export PYTHONPATH PLACEFS_NO_TORCH
+export PLACEFS_NO_TORCH
 unset INSTANTTENSOR_COPY
 T="$PYTHON $PYDIR/loader_test.py"
 
@@ -41,14 +47,14 @@ tmo 20 "$MKCKPT" -q --seed 7 --tensor 'small:F32:262144' --tensor 'large:F32:235
 mount_fs seed.safetensors "$MP" -o buffer_size=8388608,device=host
 tmo 60 $T seed "$MP" seed.safetensors 8388608 || fail "seed scenario"
 for mode in copy borrow; do
-	out=$(tmo 30 "$PYTHON" -m placefs "$MP" --device cpu --mode $mode --verify) ||
+	out=$(tmo 30 "$PLACEFS_LOAD" "$MP" --device cpu --mode $mode --verify) ||
 		fail "placefs-load --mode $mode --verify: $out"
 	note "$(echo "$out" | head -n 1)"
 	echo "$out" | grep -q '^  gpu: 1 tensors, 1048576 bytes' || fail "summary (gpu): $out"
 	echo "$out" | grep -q '^  cpu: 1 tensors, 9437184 bytes' || fail "summary (cpu): $out"
 	echo "$out" | grep -q '^verify: 2 of 2 tensors byte-exact$' || fail "verify line: $out"
 done
-out=$(INSTANTTENSOR_COPY=maybe tmo 30 "$PYTHON" -m placefs "$MP" 2>&1) &&
+out=$(INSTANTTENSOR_COPY=maybe tmo 30 "$PLACEFS_LOAD" "$MP" 2>&1) &&
 	fail "placefs-load accepted INSTANTTENSOR_COPY=maybe"
 echo "$out" | grep -q "INSTANTTENSOR_COPY must be 0 or 1, got 'maybe'" ||
 	fail "INSTANTTENSOR_COPY=maybe: $out"

@@ -147,6 +147,23 @@ expect 0 env "$ENVVAR=garbage" "$PLAN" --buffer-size 8MiB --json "$SEED"
 out_has '"buffer_size": 8388608,'
 expect 0 env "$ENVVAR=" "$PLAN" --buffer-size 9M --json "$SEED"
 out_has '"buffer_size": 9437184,'
+# KB, MB, GB, TB are powers of 1000 (Hugging Face's max_shard_size), K, M, G, T
+# and KiB... powers of 1024, in the option and in the environment alike.
+expect 0 "$PLAN" --buffer-size 64MB --json "$SEED"
+out_has '"buffer_size": 64000000,'
+expect 0 env "$ENVVAR=5GB" "$PLAN" --json "$SEED"
+out_has '"buffer_size": 5000000000,'
+expect 0 env "$ENVVAR=8MB" "$PLAN" --json "$SEED"
+out_has '"buffer_size": 8000000,'
+# 8 MB is below the 8 MiB tensor: edge moves to the cpu, as 8M keeps it on the gpu.
+expect 0 "$PLAN" --buffer-size 8MB "$SEED"
+[ "$(placement edge)" = cpu ] || fail "--buffer-size 8MB: edge (8 MiB) should be cpu"
+expect 0 "$PLAN" --buffer-size 8M "$SEED"
+[ "$(placement edge)" = gpu ] || fail "--buffer-size 8M: edge (8 MiB) should be gpu"
+expect 0 "$PLAN" --buffer-size 1KB --ring-size 12MB --json "$SEED"
+out_has '"buffer_size": 1000, "ring_bytes": 12001280,'
+expect 0 "$PLAN" --buffer-size 1TB --json "$SEED"
+out_has '"buffer_size": 1000000000000,'
 # The environment alone, with a suffix; limit 1 puts everything on the CPU.
 expect 0 env "$ENVVAR=1" "$PLAN" --json "$SEED"
 pyjson "assert [t['placement'] for t in d['tensors']] == ['cpu'] * 3 and d['ring_bytes'] == 1"
@@ -161,7 +178,11 @@ err_has "placefs-plan: $ENVVAR=\"8.0\": not a whole number of bytes"
 expect 4 env "$ENVVAR=-5" "$PLAN" "$SEED"
 err_has "$ENVVAR=\"-5\": must be greater than zero"
 expect 4 env "$ENVVAR= 8 " "$PLAN" "$SEED"
-expect 4 env "$ENVVAR=8MB" "$PLAN" "$SEED"
+expect 4 env "$ENVVAR=8mb" "$PLAN" "$SEED"
+err_has "$ENVVAR=\"8mb\": unknown suffix \"mb\" (digits with an optional suffix: K, M, G, T, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000))"
+expect 4 "$PLAN" --buffer-size 8QB "$SEED"
+err_has 'unknown suffix "QB"'
+err_has 'KB, MB, GB, TB (powers of 1000)'
 expect 4 "$PLAN" --buffer-size 0 "$SEED"
 err_has '--buffer-size="0": must be greater than zero'
 expect 4 "$PLAN" --buffer-size 0x10 "$SEED"
@@ -178,14 +199,22 @@ expect 4 "$PLAN" --buffer-size 8.0 "$T/does-not-exist"
 # ---- sweep ----
 expect 0 "$PLAN" --sweep "$SEED"
 columns "$T/out" >"$T/got"
+# The powers of two from 1 MiB and, besides them, each size at which a tensor
+# changes side (9 MiB: big), listed exactly below the table.
 cat >"$T/want" <<'EOF'
 limit|gpu tensors|gpu bytes|cpu tensors|cpu bytes|ring bytes
 1 MiB|1|1 MiB|2|17 MiB|1 MiB
 2 MiB|1|1 MiB|2|17 MiB|2 MiB
 4 MiB|1|1 MiB|2|17 MiB|4 MiB
 8 MiB|2|9 MiB|1|9 MiB|8 MiB
+9 MiB|3|18 MiB|0|0 B|9 MiB
 16 MiB|3|18 MiB|0|0 B|16 MiB
 none|3|18 MiB|0|0 B|18 MiB
+
+placement changes (a limit of at least SIZE stages them on the gpu):
+|1048576 bytes (1 MiB): 1 tensor, small
+|8388608 bytes (8 MiB): 1 tensor, edge
+|9437184 bytes (9 MiB): 1 tensor, big
 EOF
 cmp -s "$T/got" "$T/want" || fail "default sweep: $(cat "$T/out")"
 # A limit in the environment does not change the candidates.
@@ -201,11 +230,80 @@ limit|gpu tensors|gpu bytes|cpu tensors|cpu bytes|ring bytes
 none|3|18 MiB|0|0 B|18 MiB
 EOF
 cmp -s "$T/got" "$T/want" || fail "sweep list: $(cat "$T/out")"
+expect 0 "$PLAN" --sweep=8MB,8M "$SEED"
+columns "$T/out" | grep -qxF '7.63 MiB|1|1 MiB|2|17 MiB|7.63 MiB' || fail "--sweep=8MB: $(cat "$T/out")"
 expect 4 "$PLAN" --sweep=1M,8.0 "$SEED"
 err_has '--sweep="8.0"'
 expect 4 "$PLAN" --sweep=1M,,2M "$SEED"
 expect 4 "$PLAN" --sweep= "$SEED"
 expect 2 "$PLAN" --sweep --json "$SEED"
+
+# ---- the change sizes on a Llama-shaped model: the largest layer tensor (the
+# MLP's 1408 x 512 BF16 = 1441792 bytes) and the embedding (8192 x 512 = 8 MiB).
+# At each, that many tensors change side: a limit one byte below puts them on the
+# cpu. Checked against plain plans at SIZE and SIZE - 1.
+LS="$T/llama-sweep"
+"$MK" -q --llama 2:512:1408:8192 --shards 2 --index "$LS"
+expect 0 "$PLAN" --sweep "$LS"
+out_has "  1441792 bytes (1.38 MiB): 6 tensors, the first model.layers.0.mlp.gate_proj.weight"
+out_has "  8388608 bytes (8 MiB): 2 tensors, the first model.embed_tokens.weight"
+columns "$T/out" | grep -q '^1.38 MiB|19|' || fail "sweep row of 1441792: $(cat "$T/out")"
+cp "$T/out" "$T/sweep"
+# gpu_count FILE: the gpu count of a JSON plan.
+gpu_count() {
+	python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['totals']['gpu']['count'])" "$1"
+}
+nchg=0
+# Without python3 (a build dependency on Debian) the JSON checks are left out.
+[ "$have_python" = yes ] || sed -i -e '/^  [0-9]* bytes /d' "$T/sweep"
+[ "$have_python" = yes ] || nchg=4
+for sz in $(sed -n 's/^  \([0-9]*\) bytes .*/\1/p' "$T/sweep"); do
+	expect 0 "$PLAN" --buffer-size "$sz" --json "$LS"
+	at=$(gpu_count "$T/out")
+	expect 0 "$PLAN" --buffer-size "$((sz - 1))" --json "$LS"
+	below=$(gpu_count "$T/out")
+	n=$(sed -n "s/^  $sz bytes ([^)]*): \([0-9]*\) tensors*.*/\1/p" "$T/sweep")
+	[ "$((at - below))" -eq "$n" ] ||
+		fail "sweep: $n tensors change side at $sz bytes; the plans say $((at - below))"
+	nchg=$((nchg + 1))
+done
+[ "$nchg" -eq 4 ] || fail "sweep: want 4 change sizes (1 KiB, 512 KiB, 1441792, 8 MiB), got $nchg"
+
+# ---- histogram: log2 buckets, the limit marked, count and bytes on each side ----
+expect 0 "$PLAN" --buffer-size 8M --histogram "$SEED"
+columns "$T/out" >"$T/got"
+cat >"$T/want" <<EOF
+tensor sizes of $SEED: 3 tensors, staging limit 8388608 bytes (8 MiB)
+SIZE|COUNT|BYTES|PLACE
+[1 MiB, 2 MiB)|1|1 MiB|gpu|########################################
+[2 MiB, 8 MiB)|0|0 B
+[8 MiB, 8 MiB]|1|8 MiB|gpu|########################################
+---- staging limit 8 MiB: gpu above (2 tensors, 9 MiB), cpu below (1 tensor, 9 MiB) ----
+(8 MiB, 16 MiB)|1|9 MiB|cpu|########################################
+EOF
+cmp -s "$T/got" "$T/want" || fail "histogram: $(cat "$T/out")"
+expect 0 "$PLAN" --histogram "$SEED"
+out_has "no staging limit (every tensor is staged on the gpu)"
+out_has "gpu: 3 tensors, 18 MiB; cpu: none"
+columns "$T/out" | grep -qxF '[8 MiB, 16 MiB)|2|17 MiB|gpu|########################################' ||
+	fail "histogram without a limit: $(cat "$T/out")"
+# Random sizes and an empty tensor: the rows add up to the plan's counts on each side.
+RND="$T/random.safetensors"
+"$MK" -q --seed 3 --tensor e:F32:0 --tensor x:F32:3x5 --random 30 --max-bytes 3MB "$RND"
+for lim in $([ "$have_python" = no ] || echo 100K 1MB 2M 3000000 1); do
+	expect 0 "$PLAN" --buffer-size $lim --json "$RND"
+	counts=$(python3 -c "import json, sys; t = json.load(open(sys.argv[1]))['totals']; print(t['gpu']['count'], t['cpu']['count'])" "$T/out")
+	expect 0 "$PLAN" --buffer-size $lim --histogram "$RND"
+	columns "$T/out" >"$T/got"
+	rows=$(awk -F'|' 'BEGIN { side = 0 } /^---- staging limit/ { side = 1; next }
+		/^[[(0]/ { n[side] += $2 } END { print n[0] + 0, n[1] + 0 }' "$T/got")
+	[ "$rows" = "$counts" ] || fail "histogram at $lim: rows $rows, the plan $counts: $(cat "$T/out")"
+	[ "$(grep -c '^---- staging limit' "$T/out")" -eq 1 ] || fail "histogram at $lim: one marker"
+	! grep -q ' $' "$T/out" || fail "histogram at $lim: trailing blanks"
+done
+expect 2 "$PLAN" --histogram --json "$SEED"
+err_has "--histogram cannot be combined with --json"
+expect 2 "$PLAN" --histogram --sweep "$SEED"
 
 # ---- --ring-size: a ring larger than the limit ----
 # Rounded up to 4 KiB; plan.json's ring_bytes and the text's ring line follow.

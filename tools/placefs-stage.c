@@ -27,6 +27,7 @@
 #include "clock.h"
 #include "io.h"
 #include "placefs/client.h"
+#include "progress.h"
 #include "size.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -52,7 +53,6 @@ static struct {
 	int mode; /* PLACEFS_IOC_STAGE_COPY or _BORROW */
 	bool verify;
 	bool quiet;
-	bool bar; /* progress bar on stderr */
 	uint64_t timeout_ns;
 } cfg;
 
@@ -101,11 +101,16 @@ static void usage(FILE *f)
 	           "  -V, --version     show the version\n");
 }
 
+/*
+ * The progress bar on stderr (lib/progress.h: bytes, rate, ETA), drawn only
+ * when stderr is a terminal; NULL until the files are known.
+ */
+static struct placefs_progress *bar;
+
 /* Clears the progress bar before a line is printed. */
 static void bar_clear(void)
 {
-	if (cfg.bar)
-		fputs("\r\033[K", stderr);
+	placefs_progress_clear(bar);
 }
 
 static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -121,23 +126,6 @@ static void errorf(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-static void bar_draw(size_t done, size_t total, uint64_t bytes, double secs)
-{
-	char b[32];
-	int width = 30, fill, i;
-
-	if (!cfg.bar)
-		return;
-	fill = total ? (int)((double)width * (double)done / (double)total) : width;
-	placefs_size_format(bytes, b, sizeof(b));
-	fputs("\r[", stderr);
-	for (i = 0; i < width; i++)
-		fputc(i < fill ? '#' : ' ', stderr);
-	fprintf(stderr, "] %zu/%zu tensors, %s, %.2f GB/s\033[K", done, total, b,
-	        secs > 0 ? (double)bytes / secs / 1e9 : 0.0);
-	fflush(stderr);
 }
 
 /* The mode from --mode or INSTANTTENSOR_COPY; -1 for a bad value. */
@@ -415,7 +403,6 @@ int main(int argc, char **argv)
 	cfg.mode = parse_mode(mode);
 	if (cfg.mode < 0)
 		return EXIT_USAGE;
-	cfg.bar = isatty(2) == 1;
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
@@ -463,14 +450,29 @@ int main(int argc, char **argv)
 		}
 	}
 
+	{
+		struct placefs_error perr;
+		uint64_t all_bytes = 0;
+
+		for (i = 0; i < nfiles; i++)
+			if (__builtin_add_overflow(all_bytes, files[i].size, &all_bytes))
+				all_bytes = UINT64_MAX;
+		placefs_error_clear(&perr);
+		if (placefs_progress_create(stderr, all_bytes, cfg.verify ? "verify" : "stage", -1,
+		                            NULL, NULL, &bar, &perr) != 0) {
+			errorf("%s", perr.msg);
+			goto out;
+		}
+	}
 	memset(&tot, 0, sizeof(tot));
 	for (i = 0; i < nfiles; i++) {
 		if (stage_file(&files[i], &mnts[files[i].mnt], want, got, &tot) != 0)
 			tot.failed++;
-		bar_draw(i + 1, nfiles, tot.bytes,
-		         tot.last > tot.first ? tot.last - tot.first - tot.verify_s : 0);
+		/* Failed files count too: the bar measures the way through the list. */
+		placefs_progress_update(bar, files[i].size);
 	}
-	bar_clear();
+	fflush(stdout);
+	placefs_progress_finish(bar);
 
 	/* From the first ioctl to the return of the last one, without the checks in between. */
 	secs = tot.last > tot.first ? tot.last - tot.first - tot.verify_s : 0;
@@ -502,5 +504,6 @@ out:
 	placefs_client_list_free(names, nnames);
 	free(want);
 	free(got);
+	placefs_progress_free(bar);
 	return status;
 }

@@ -2,17 +2,19 @@
 """The command line: placefs-load (or python3 -m placefs) MOUNTPOINT [options].
 
 It loads every tensor of a mount, prints the LoadReport summary and, with
---verify, compares every result with a plain read() of its file.
+--verify, compares every result with a plain read() of its file. On a
+terminal, a progress bar (bytes, rate, ETA; _progress.py, the layout of the
+C tools') runs on stderr while it loads; --no-progress turns it off.
 """
 
 import argparse
 import sys
 
-from . import _torch
 from .loader import _Loader
 from .mount import _read_file
 
 PROG = "placefs-load"
+
 
 def _verify(ld, out):
     """Compares every result's bytes with a plain read() of its file; returns failures."""
@@ -42,19 +44,20 @@ def main(argv=None):
         description="Load every tensor of a placefs mount and print a summary.")
     ap.add_argument("mountpoint")
     ap.add_argument("--device", default=None,
-                    help="cuda:N or cpu (default: cuda:0 when torch sees a GPU, else cpu)")
+                    help="cuda:N or cpu (default: the mount's own staging device, as "
+                         "load_state_dict: its CUDA ring's GPU when torch sees it, else cpu)")
     ap.add_argument("--mode", choices=("copy", "borrow"), default=None,
                     help="copy or borrow (default: INSTANTTENSOR_COPY, else copy)")
     ap.add_argument("--workers", type=int, default=4, help="tensors in flight (default 4)")
     ap.add_argument("--verify", action="store_true",
                     help="compare every tensor with a plain read() of its file")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (there is none anyway when stderr is not a terminal)")
     a = ap.parse_args(argv)
-    dev = a.device
-    if dev is None:
-        torch = _torch.get()
-        dev = "cuda:0" if torch is not None and torch.cuda.is_available() else "cpu"
     try:
-        ld = _Loader(a.mountpoint, dev, a.mode, a.workers, 0)
+        # The loader's own bar (bytes as they land), labelled with the program's name.
+        ld = _Loader(a.mountpoint, a.device, a.mode, a.workers, 0,
+                     progress=False if a.no_progress else PROG)
         try:
             sd = ld.run()
         finally:

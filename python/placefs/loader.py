@@ -544,8 +544,10 @@ class _Loader:
         self.report = LoadReport(m.mountpoint, self.mode, gdev, ring)
         if self._want_progress:
             from ._progress import Progress
-            self.progress = Progress(sum(t.nbytes for t in m.tensors),
-                                     label=os.path.basename(m.mountpoint.rstrip("/")) or "load")
+            # progress: True (labelled with the mount's name) or the label itself.
+            label = self._want_progress if isinstance(self._want_progress, str) else \
+                os.path.basename(m.mountpoint.rstrip("/")) or "load"
+            self.progress = Progress(sum(t.nbytes for t in m.tensors), label=label)
         try:
             return self._run(m, gpu, cpu, ri, gdev)
         finally:

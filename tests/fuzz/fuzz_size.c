@@ -20,10 +20,12 @@ static int oracle(const char *s, uint64_t *out)
 {
 	static const struct {
 		const char *text;
-		unsigned shift;
+		unsigned shift; /* a power of 1024 ... */
+		unsigned exp10; /* ... or of 1000 */
 	} suffixes[] = {
-	        {"", 0},     {"K", 10},   {"M", 20},   {"G", 30},   {"T", 40},
-	        {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40},
+	        {"", 0, 0},     {"K", 10, 0},   {"M", 20, 0},   {"G", 30, 0},   {"T", 40, 0},
+	        {"KiB", 10, 0}, {"MiB", 20, 0}, {"GiB", 30, 0}, {"TiB", 40, 0}, {"KB", 0, 3},
+	        {"MB", 0, 6},   {"GB", 0, 9},   {"TB", 0, 12},
 	};
 	size_t nd = strspn(s, "0123456789");
 	unsigned __int128 v = 0;
@@ -37,15 +39,20 @@ static int oracle(const char *s, uint64_t *out)
 	}
 	if (i == sizeof(suffixes) / sizeof(suffixes[0]))
 		return -EINVAL;
-	/* 128 bits and a saturating bound keep the oracle itself overflow-free. */
+	/*
+	 * 128 bits and saturation at 2^64 keep the oracle itself overflow-free:
+	 * at most 2^64 x 2^40 after the suffix.
+	 */
 	for (size_t d = 0; d < nd; d++) {
 		v = v * 10 + (unsigned)(s[d] - '0');
-		if (v > ((unsigned __int128)UINT64_MAX << 40))
-			v = ((unsigned __int128)UINT64_MAX << 40) + 1;
+		if (v > UINT64_MAX)
+			v = (unsigned __int128)UINT64_MAX + 1;
 	}
 	if (v == 0)
 		return -EINVAL;
 	v <<= suffixes[i].shift;
+	for (unsigned e = 0; e < suffixes[i].exp10; e++)
+		v *= 10;
 	if (v > UINT64_MAX)
 		return -ERANGE;
 	*out = (uint64_t)v;

@@ -1,6 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# gpu-smoke: python/placefs with torch against CUDA mounts (-o device=cuda:0)
+# gpu-smoke: the package placefs (installed from python/ with make
+# install-python into a temporary DESTDIR) with torch against CUDA mounts (-o device=cuda:0)
 # and, with torch enabled, against host mounts. This is not part of `make
 # check` (CI has no GPU); run it by hand on a machine with a GPU, torch and
 # /dev/fuse:
@@ -17,7 +18,17 @@ W=$(mktemp -d /tmp/placefs-gpu.XXXXXX)
 MP=$W/mnt
 PID=""
 mkdir -p "$MP"
-export PYTHONPATH="$S/python:$S/tests/py"
+# The package as `make install-python` installs it (into $W), not python/ itself.
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL ${MAKE:-make} -s -C "$B" install-python \
+	DESTDIR="$W/pyinst" prefix=/usr/local PYTHON3="$PYTHON" >"$W/pyinst.log" 2>&1 || {
+	cat "$W/pyinst.log" >&2
+	echo "gpu-smoke: make install-python failed" >&2
+	exit 1
+}
+SITE=$(find "$W/pyinst" -path '*/placefs/__init__.py' | head -n 1)
+SITE=${SITE%/placefs/__init__.py}
+[ -n "$SITE" ] || { echo "gpu-smoke: make install-python installed no package" >&2; exit 1; }
+export PYTHONPATH="$SITE:$S/tests/py"
 unset INSTANTTENSOR_COPY PLACEFS_NO_TORCH INSTANTTENSOR_BUFFER_SIZE
 
 unmount() {
