@@ -115,6 +115,22 @@ do_hf_parity() {
 }
 export -f do_hf_parity
 
+# Loaders nobody here wrote on the views and iter_weights (issue #15): the
+# installed package (make install-python), torch, safetensors, transformers.
+do_views() {
+	fuse_ok || exit 77
+	[ "$KIND" = cuda ] || { echo "views needs a GPU"; exit 77; }
+	python3 -c 'import torch, safetensors, transformers' 2>/dev/null ||
+		{ echo "NOTE: torch, safetensors or transformers missing"; exit 77; }
+	rm -rf "$OUT/pyinst"
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$BUILD" install-python \
+		DESTDIR="$OUT/pyinst" prefix=/usr/local PYTHON3=python3 >"$OUT/pyinst.log" 2>&1 ||
+		{ cat "$OUT/pyinst.log"; exit 1; }
+	site=$(find "$OUT/pyinst" -path '*/placefs/__init__.py' | head -n 1)
+	PYTHONPATH=${site%/placefs/__init__.py} python3 "$ROOT/tests/py/views_gpu.py" "$BUILD"
+}
+export -f do_views
+
 B_MKCKPT() { "$BUILD/tools/placefs-mkckpt" "$@"; }
 
 # fuse_ok: 0 when this machine can mount (for the steps that mount).
@@ -558,6 +574,7 @@ step mount-stage 400 bash -c 'set -eu; do_mount_stage'
 step python-loader 400 bash -c 'set -eu; do_python'
 step gpu-smoke 600 bash -c 'set -eu; do_gpu_smoke'
 step hf-parity 300 bash -c 'set -eu; do_hf_parity'
+step views 300 bash -c 'set -eu; do_views'
 
 {
 	echo
