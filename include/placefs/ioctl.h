@@ -237,24 +237,23 @@ struct placefs_ioc_stage_batch {
 	uint32_t dest_handle_bytes; /* in: used bytes of dest_handle */
 	uint64_t dest_size;         /* in: size of the destination allocation */
 	uint8_t dest_handle[PLACEFS_IOC_HANDLE_MAX]; /* in */
-	uint64_t timeout_ns; /* in: per entry, as for PLACEFS_IOC_STAGE */
-	uint64_t total_ns;   /* out: time in the daemon */
-	uint32_t done;       /* out: entries with error 0 */
-	uint32_t pad0;       /* in: zero */
-	uint64_t reserved[9]; /* in: zero; out: zero */
+	uint64_t timeout_ns;                         /* in: per entry, as for PLACEFS_IOC_STAGE */
+	uint64_t total_ns;                           /* out: time in the daemon */
+	uint32_t done;                               /* out: entries with error 0 */
+	uint32_t pad0;                               /* in: zero */
+	uint64_t reserved[9];                        /* in: zero; out: zero */
 	struct placefs_ioc_batch_entry entries[PLACEFS_IOC_BATCH_MAX];
 };
 
-#define PLACEFS_IOC_RING_INFO _IOWR(PLACEFS_IOC_MAGIC, 0x01, struct placefs_ioc_ring_info)
-#define PLACEFS_IOC_STAGE     _IOWR(PLACEFS_IOC_MAGIC, 0x02, struct placefs_ioc_stage)
-#define PLACEFS_IOC_RELEASE   _IOW(PLACEFS_IOC_MAGIC, 0x03, struct placefs_ioc_release)
-#define PLACEFS_IOC_STAGE_BATCH                                                                    \
-	_IOWR(PLACEFS_IOC_MAGIC, 0x04, struct placefs_ioc_stage_batch)
+#define PLACEFS_IOC_RING_INFO   _IOWR(PLACEFS_IOC_MAGIC, 0x01, struct placefs_ioc_ring_info)
+#define PLACEFS_IOC_STAGE       _IOWR(PLACEFS_IOC_MAGIC, 0x02, struct placefs_ioc_stage)
+#define PLACEFS_IOC_RELEASE     _IOW(PLACEFS_IOC_MAGIC, 0x03, struct placefs_ioc_release)
+#define PLACEFS_IOC_STAGE_BATCH _IOWR(PLACEFS_IOC_MAGIC, 0x04, struct placefs_ioc_stage_batch)
 
 /* The sizes, for bindings that build the buffers by hand (Python struct). */
-#define PLACEFS_IOC_RING_INFO_SIZE 256
-#define PLACEFS_IOC_STAGE_SIZE     320
-#define PLACEFS_IOC_RELEASE_SIZE   64
+#define PLACEFS_IOC_RING_INFO_SIZE   256
+#define PLACEFS_IOC_STAGE_SIZE       320
+#define PLACEFS_IOC_RELEASE_SIZE     64
 #define PLACEFS_IOC_BATCH_ENTRY_SIZE 32
 #define PLACEFS_IOC_STAGE_BATCH_SIZE (256 + PLACEFS_IOC_BATCH_MAX * PLACEFS_IOC_BATCH_ENTRY_SIZE)
 
