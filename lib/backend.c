@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "backend_i.h"
+#include "fill.h"
 #include "io.h"
 
 /* At most this many imported destinations stay cached; the oldest idle one goes first. */
@@ -489,36 +490,14 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 	struct stat st;
 	int fd, rc;
 
-	fd = shm_open(name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
-	if (fd < 0) {
-		rc = -errno;
-		return placefs_error_set(err, rc, PLACEFS_E_IO,
-		                         "destination shm \"%s\": cannot open: %s", name,
-		                         strerror(-rc));
-	}
+	/* The same rules as a read-mode destination: regular, the caller's, long enough. */
+	fd = placefs_fill_open_shm(name, d->check_uid, (unsigned)d->uid, d->size, err);
+	if (fd < 0)
+		return fd;
 	if (fstat(fd, &st) != 0) {
 		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
 		                       "destination shm \"%s\": cannot stat: %s", name,
 		                       strerror(errno));
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-		                       "destination shm \"%s\" is not a regular file", name);
-		goto out_close;
-	}
-	if (d->check_uid && st.st_uid != d->uid) {
-		rc = placefs_error_set(err, -EACCES, PLACEFS_E_USAGE,
-		                       "destination shm \"%s\" belongs to uid %u, not to the "
-		                       "caller (uid %u)",
-		                       name, (unsigned)st.st_uid, (unsigned)d->uid);
-		goto out_close;
-	}
-	if ((uint64_t)st.st_size < d->size || st.st_size == 0) {
-		rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-		                       "destination shm \"%s\" has %lld bytes, fewer than "
-		                       "dest_size %llu",
-		                       name, (long long)st.st_size, (unsigned long long)d->size);
 		goto out_close;
 	}
 	e = dest_find(be, d->kind, d->handle, d->handle_bytes);
