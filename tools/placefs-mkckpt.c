@@ -208,102 +208,103 @@ static char *xasprintf(const char *fmt, ...)
 	return n < 0 ? NULL : s;
 }
 
-static int add_llama(struct specs *s, const uint64_t *l)
+#define BF    PLACEFS_DT_BF16
+#define LAYER "model.layers.%" PRIu64
+
+/* Layer i's q/k/v/o projections, [H, H] each. */
+static int add_attn(struct specs *s, uint64_t i, uint64_t H)
 {
 	static const char *const attn[] = {"q", "k", "v", "o"};
-	const uint64_t L = l[0], H = l[1], I = l[2], V = l[3];
-	const enum placefs_dtype bf = PLACEFS_DT_BF16;
-	int rc;
+	int rc = 0;
 
-	rc = add_spec(s, xasprintf("model.embed_tokens.weight"), bf, 2, shape_of(2, V, H));
-	for (uint64_t i = 0; rc == 0 && i < L; i++) {
-		const char *p = "model.layers.";
+	for (int a = 0; rc == 0 && a < 4; a++)
+		rc = add_spec(s, xasprintf(LAYER ".self_attn.%s_proj.weight", i, attn[a]), BF, 2,
+		              shape_of(2, H, H));
+	return rc;
+}
 
-		for (int a = 0; rc == 0 && a < 4; a++)
-			rc = add_spec(
-			        s,
-			        xasprintf("%s%" PRIu64 ".self_attn.%s_proj.weight", p, i, attn[a]),
-			        bf, 2, shape_of(2, H, H));
-		if (rc == 0)
-			rc = add_spec(s, xasprintf("%s%" PRIu64 ".mlp.gate_proj.weight", p, i), bf,
-			              2, shape_of(2, I, H));
-		if (rc == 0)
-			rc = add_spec(s, xasprintf("%s%" PRIu64 ".mlp.up_proj.weight", p, i), bf, 2,
-			              shape_of(2, I, H));
-		if (rc == 0)
-			rc = add_spec(s, xasprintf("%s%" PRIu64 ".mlp.down_proj.weight", p, i), bf,
-			              2, shape_of(2, H, I));
-		if (rc == 0)
-			rc = add_spec(s, xasprintf("%s%" PRIu64 ".input_layernorm.weight", p, i),
-			              bf, 1, shape_of(1, H));
-		if (rc == 0)
-			rc = add_spec(
-			        s, xasprintf("%s%" PRIu64 ".post_attention_layernorm.weight", p, i),
-			        bf, 1, shape_of(1, H));
+/* base.gate_proj and base.up_proj [I, H], base.down_proj [H, I]; base is freed. */
+static int add_mlp(struct specs *s, char *base, uint64_t I, uint64_t H)
+{
+	int rc = 0;
+
+	if (!base) {
+		die_msg("out of memory");
+		return -ENOMEM;
 	}
 	if (rc == 0)
-		rc = add_spec(s, xasprintf("model.norm.weight"), bf, 1, shape_of(1, H));
+		rc = add_spec(s, xasprintf("%s.gate_proj.weight", base), BF, 2, shape_of(2, I, H));
 	if (rc == 0)
-		rc = add_spec(s, xasprintf("lm_head.weight"), bf, 2, shape_of(2, V, H));
+		rc = add_spec(s, xasprintf("%s.up_proj.weight", base), BF, 2, shape_of(2, I, H));
+	if (rc == 0)
+		rc = add_spec(s, xasprintf("%s.down_proj.weight", base), BF, 2, shape_of(2, H, I));
+	free(base);
 	return rc;
+}
+
+/* Layer i's two norms, [H] each. */
+static int add_norms(struct specs *s, uint64_t i, uint64_t H)
+{
+	int rc = add_spec(s, xasprintf(LAYER ".input_layernorm.weight", i), BF, 1, shape_of(1, H));
+
+	if (rc == 0)
+		rc = add_spec(s, xasprintf(LAYER ".post_attention_layernorm.weight", i), BF, 1,
+		              shape_of(1, H));
+	return rc;
+}
+
+/* The final norm [H] and the head [V, H]. */
+static int add_head(struct specs *s, uint64_t V, uint64_t H)
+{
+	int rc = add_spec(s, xasprintf("model.norm.weight"), BF, 1, shape_of(1, H));
+
+	if (rc == 0)
+		rc = add_spec(s, xasprintf("lm_head.weight"), BF, 2, shape_of(2, V, H));
+	return rc;
+}
+
+static int add_llama(struct specs *s, const uint64_t *l)
+{
+	const uint64_t L = l[0], H = l[1], I = l[2], V = l[3];
+	int rc;
+
+	rc = add_spec(s, xasprintf("model.embed_tokens.weight"), BF, 2, shape_of(2, V, H));
+	for (uint64_t i = 0; rc == 0 && i < L; i++) {
+		rc = add_attn(s, i, H);
+		if (rc == 0)
+			rc = add_mlp(s, xasprintf(LAYER ".mlp", i), I, H);
+		if (rc == 0)
+			rc = add_norms(s, i, H);
+	}
+	return rc ? rc : add_head(s, V, H);
 }
 
 /*
  * A mixture-of-experts model in the layout of Qwen-MoE / Mixtral checkpoints
- * on the Hugging Face hub: per layer q/k/v/o projections (HxH), two norms, a
- * router (ExH) and E experts of gate/up (IxH) and down (HxI) projections.
+ * on the Hugging Face hub: per layer q/k/v/o projections (HxH), a router
+ * (ExH), E experts of gate/up (IxH) and down (HxI) projections, two norms.
  */
 static int add_moe(struct specs *s, const uint64_t *m)
 {
-	static const char *const attn[] = {"q", "k", "v", "o"};
 	const uint64_t L = m[0], H = m[1], E = m[2], I = m[3], V = m[4];
-	const enum placefs_dtype bf = PLACEFS_DT_BF16;
-	const char *p = "model.layers.";
 	int rc;
 
-	rc = add_spec(s, xasprintf("model.embed_tokens.weight"), bf, 2, shape_of(2, V, H));
+	rc = add_spec(s, xasprintf("model.embed_tokens.weight"), BF, 2, shape_of(2, V, H));
 	for (uint64_t i = 0; rc == 0 && i < L; i++) {
-		for (int a = 0; rc == 0 && a < 4; a++)
-			rc = add_spec(
-			        s,
-			        xasprintf("%s%" PRIu64 ".self_attn.%s_proj.weight", p, i, attn[a]),
-			        bf, 2, shape_of(2, H, H));
+		rc = add_attn(s, i, H);
 		if (rc == 0)
-			rc = add_spec(s, xasprintf("%s%" PRIu64 ".mlp.gate.weight", p, i), bf, 2,
+			rc = add_spec(s, xasprintf(LAYER ".mlp.gate.weight", i), BF, 2,
 			              shape_of(2, E, H));
-		for (uint64_t x = 0; rc == 0 && x < E; x++) {
-			rc = add_spec(s,
-			              xasprintf("%s%" PRIu64 ".mlp.experts.%" PRIu64
-			                        ".gate_proj.weight",
-			                        p, i, x),
-			              bf, 2, shape_of(2, I, H));
-			if (rc == 0)
-				rc = add_spec(s,
-				              xasprintf("%s%" PRIu64 ".mlp.experts.%" PRIu64
-				                        ".up_proj.weight",
-				                        p, i, x),
-				              bf, 2, shape_of(2, I, H));
-			if (rc == 0)
-				rc = add_spec(s,
-				              xasprintf("%s%" PRIu64 ".mlp.experts.%" PRIu64
-				                        ".down_proj.weight",
-				                        p, i, x),
-				              bf, 2, shape_of(2, H, I));
-		}
+		for (uint64_t x = 0; rc == 0 && x < E; x++)
+			rc = add_mlp(s, xasprintf(LAYER ".mlp.experts.%" PRIu64, i, x), I, H);
 		if (rc == 0)
-			rc = add_spec(s, xasprintf("%s%" PRIu64 ".input_layernorm.weight", p, i),
-			              bf, 1, shape_of(1, H));
-		if (rc == 0)
-			rc = add_spec(
-			        s, xasprintf("%s%" PRIu64 ".post_attention_layernorm.weight", p, i),
-			        bf, 1, shape_of(1, H));
+			rc = add_norms(s, i, H);
 	}
-	if (rc == 0)
-		rc = add_spec(s, xasprintf("model.norm.weight"), bf, 1, shape_of(1, H));
-	if (rc == 0)
-		rc = add_spec(s, xasprintf("lm_head.weight"), bf, 2, shape_of(2, V, H));
-	return rc;
+	return rc ? rc : add_head(s, V, H);
 }
+
+#undef BF
+#undef LAYER
 
 /* NAME:DTYPE:SHAPE, split at the last two ':' so that names may hold ':'. */
 static int add_tensor_arg(struct specs *s, const char *arg)
