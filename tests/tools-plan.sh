@@ -337,6 +337,29 @@ expect 2 "$PLAN" --ring-size 16M --sweep "$SEED"
 err_has "--ring-size and --sweep cannot be combined"
 expect 2 "$PLAN" "$SEED" --ring-size
 
+# ---- mkckpt --moe: the mixture-of-experts layout, and its limits ----
+MOE="$T/moe"
+"$MK" -q --moe 2:64:5:32:100 --shards 2 --index "$MOE"
+expect 0 "$PLAN" --json "$MOE"
+pyjson "
+names = [t['name'] for t in d['tensors']]
+# embed + 2 x (4 attention + router + 5 experts x 3 + 2 norms) + norm + head
+assert len(names) == 47, len(names)
+sh = {t['name']: t['shape'] for t in d['tensors']}
+assert sh['model.layers.1.mlp.gate.weight'] == [5, 64], sh['model.layers.1.mlp.gate.weight']
+assert sh['model.layers.0.mlp.experts.4.up_proj.weight'] == [32, 64]
+assert sh['model.layers.0.mlp.experts.4.down_proj.weight'] == [64, 32]
+"
+run "$MK" --moe 2:64:5:32 "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --moe 2:64:5:32: exit $rc, want 2"
+err_has "expected L:H:E:I:V (five non-negative integers)"
+run "$MK" --moe 2:64:100001:1:1 "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --moe 2:64:100001:1:1: exit $rc, want 2"
+err_has "E (experts) is more than the limit of 100000"
+run "$MK" --moe 1000:64:667:1:1 "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --moe 1000:64:667:1:1: exit $rc, want 2"
+err_has "L x E x 3 expert tensors is more than 2000000"
+
 # ---- prefixes, on a small Llama-shaped model in two shards with an index ----
 LL="$T/llama"
 "$MK" -q --llama 2:64:128:256 --shards 2 --index "$LL"
