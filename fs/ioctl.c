@@ -21,7 +21,9 @@
 #include "ioctl.h"
 #include "log.h"
 #include "size.h"
+#include "slice.h"
 #include "stage.h"
+#include "stagers.h"
 #include "stats.h"
 
 /* GPU tensors handed to the prefetcher after each stage, and when to hand on more. */
@@ -80,6 +82,9 @@ struct sreq {
 	pid_t pid;         /* the caller's thread, 0 if not visible in our PID namespace */
 	uint64_t reserved; /* bytes counted against uid's ring share; 0: not capped */
 	bool thread;       /* runs on a thread of its own (counted in the user's waiting) */
+	bool sliced;       /* io.flags has PLACEFS_IOC_STAGE_SLICE: `lay` is the slice */
+	unsigned pos;      /* the stager (position in the device list) that serves it */
+	struct placefs_slice_layout lay;
 	struct placefs_ioc_stage io;
 };
 
@@ -89,6 +94,7 @@ struct bjob {
 	gid_t gid;
 	struct placefs_ioc_stage_batch *io; /* in and out */
 	int dfd;                            /* read mode: the destination shm object */
+	unsigned pos;                       /* copy mode: the stager of the destination's device */
 	struct {
 		unsigned first, count;
 	} runs[PLACEFS_IOC_BATCH_MAX]; /* entries moved as one range (batch_runs()) */
@@ -106,7 +112,8 @@ struct bjob {
 /* The staging glue of one mount. */
 struct placefs_ioctl {
 	struct placefs_mount *m;
-	struct placefs_stager *st;   /* NULL: staging disabled */
+	struct placefs_stagers *ss;  /* one stager per device; NULL: staging disabled */
+	unsigned nst;                /* placefs_stagers_count(ss) */
 	struct placefs_filler *fill; /* READ mode: shard -> caller's shm, no ring */
 
 	/* The batch pool (STAGE_BATCH): its threads run entries of the oldest job. */
@@ -120,11 +127,13 @@ struct placefs_ioctl {
 	atomic_uint_fast64_t batch_entries; /* their entries */
 	atomic_uint_fast64_t batch_failed;  /* entries that failed */
 	atomic_uint_fast64_t batch_moves;   /* ranges read or staged for them (runs) */
-	struct placefs_backend_info info;
+	struct placefs_backend_info info;   /* stager 0's (every ring has the same size) */
+	struct placefs_backend_info infos[PLACEFS_DEVICES_MAX]; /* per position */
 	uint64_t align;
-	char device[160];    /* for the log and stats: "none", "host (/placefs-1-0)", ... */
-	char log_line[768];  /* what placefs_ioctl_log() says */
-	char plan_line[512]; /* what placefs_ioctl_plan_line() gives */
+	/* For the log and stats: "none", "host (/placefs-1-0)", "host:0,host:1", ... */
+	char device[PLACEFS_DEVICES_NAME_MAX + 160];
+	char log_line[1024];  /* what placefs_ioctl_log() says */
+	char plan_line[1024]; /* what placefs_ioctl_plan_line() gives */
 
 	/* GPU-placed plan entries in checkpoint order, and each entry's position there. */
 	size_t ngpu;
@@ -132,10 +141,12 @@ struct placefs_ioctl {
 	size_t *gpu_pos; /* SIZE_MAX for cpu-placed entries */
 
 	pthread_mutex_t hint_lock;
-	bool hinted;
-	size_t hint_lo; /* the hint list is gpu[hint_lo, hint_hi) */
-	size_t hint_hi;
-	size_t last_pos; /* the GPU position staged last */
+	struct {
+		bool hinted;
+		size_t hint_lo; /* the hint list is gpu[hint_lo, hint_hi) */
+		size_t hint_hi;
+		size_t last_pos;      /* the GPU position staged last */
+	} hints[PLACEFS_DEVICES_MAX]; /* per stager: each device's loader walks its own way */
 
 	pthread_mutex_t lock; /* the in-flight list, `detached`, `closing` */
 	pthread_cond_t cond;  /* detached threads ended; the watcher's clock */
@@ -221,8 +232,8 @@ static void on_interrupt(fuse_req_t req, void *data)
 
 	(void)req;
 	__atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
-	if (r->fs->st) /* a read-mode request on a mount without staging */
-		placefs_stager_wake(r->fs->st);
+	if (r->fs->ss) /* a read-mode request on a mount without staging */
+		placefs_stagers_wake(r->fs->ss);
 }
 
 /* Ends every wait and refuses new stages: the session is ending. */
@@ -235,8 +246,8 @@ static void cancel_all(struct placefs_ioctl *fs)
 	for (r = fs->inflight; r; r = r->next)
 		__atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&fs->lock);
-	if (fs->st)
-		placefs_stager_wake(fs->st);
+	if (fs->ss)
+		placefs_stagers_wake(fs->ss);
 }
 
 static void inflight_add(struct placefs_ioctl *fs, struct sreq *r)
@@ -290,7 +301,7 @@ static void *watch_main(void *arg)
 		 */
 		if (++ticks % SWEEP_TICKS == 0) {
 			pthread_mutex_unlock(&fs->lock);
-			placefs_backend_sweep(placefs_stager_backend(fs->st));
+			placefs_stagers_sweep(fs->ss);
 			pthread_mutex_lock(&fs->lock);
 			continue;
 		}
@@ -310,22 +321,22 @@ static void *watch_main(void *arg)
  * not ask for the tensor after the last one (it started again or jumped),
  * so the cost stays O(1) per stage.
  */
-static void hint_after(struct placefs_ioctl *fs, size_t entry)
+static void hint_after(struct placefs_ioctl *fs, unsigned spos, size_t entry)
 {
 	struct placefs_prefetch_item *items;
 	struct placefs_error err;
 	size_t pos = fs->gpu_pos[entry], lo, hi, i;
 
-	if (pos == SIZE_MAX || !fs->m->opts->prefetch)
+	if (pos == SIZE_MAX || !fs->m->opts->prefetch || spos >= fs->nst)
 		return;
 	pthread_mutex_lock(&fs->hint_lock);
-	if (fs->hinted && pos == fs->last_pos + 1 && pos < fs->hint_lo + HINT_WINDOW / 2 &&
-	    pos < fs->hint_hi) {
-		fs->last_pos = pos;
+	if (fs->hints[spos].hinted && pos == fs->hints[spos].last_pos + 1 &&
+	    pos < fs->hints[spos].hint_lo + HINT_WINDOW / 2 && pos < fs->hints[spos].hint_hi) {
+		fs->hints[spos].last_pos = pos;
 		pthread_mutex_unlock(&fs->hint_lock);
 		return;
 	}
-	fs->last_pos = pos;
+	fs->hints[spos].last_pos = pos;
 	lo = pos + 1;
 	hi = fs->ngpu - lo > HINT_WINDOW ? lo + HINT_WINDOW : fs->ngpu;
 	items = calloc(hi > lo ? hi - lo : 1, sizeof(*items));
@@ -343,10 +354,10 @@ static void hint_after(struct placefs_ioctl *fs, size_t entry)
 		items[i - lo].key = fs->gpu[i] + 1;
 	}
 	placefs_error_clear(&err);
-	if (placefs_stager_prefetch(fs->st, items, hi - lo, &err) == 0) {
-		fs->hinted = true;
-		fs->hint_lo = lo;
-		fs->hint_hi = hi;
+	if (placefs_stager_prefetch(placefs_stagers_at(fs->ss, spos), items, hi - lo, &err) == 0) {
+		fs->hints[spos].hinted = true;
+		fs->hints[spos].hint_lo = lo;
+		fs->hints[spos].hint_hi = hi;
 	}
 	pthread_mutex_unlock(&fs->hint_lock);
 	free(items);
@@ -600,11 +611,16 @@ static void run_stage(struct sreq *r)
 	struct placefs_mount *m = fs->m;
 	const struct placefs_tensor *t = placefs_plan_entry(m->plan, r->entry)->tensor;
 	int fd = placefs_ckpt_shard(m->ckpt, t->shard)->fd;
+	/*
+	 * A slice never matches a prefetch hint (hints are whole tensors) and
+	 * gives none: a rank's loader asks for its slices, not the tensors.
+	 */
 	struct placefs_stage_opts o = {
-	        .key = r->entry + 1,
+	        .key = r->sliced ? 0 : r->entry + 1,
 	        .owner = r->fh,
 	        .cancel = &r->cancel,
 	        .name = t->name,
+	        .slice = r->sliced ? &r->lay : NULL,
 	};
 	struct placefs_stage_span span;
 	struct placefs_error err;
@@ -638,10 +654,11 @@ static void run_stage(struct sreq *r)
 		dest.uid = r->uid;
 		/* Its cached import goes once this process has exited. */
 		dest.pid = r->pid;
-		rc = placefs_stager_stage_copy(fs->st, fd, t->offset, t->nbytes, &o, &dest, &span,
-		                               &err);
+		rc = placefs_stagers_stage_copy(fs->ss, r->pos, fd, t->offset, t->nbytes, &o, &dest,
+		                                &span, &err);
 	} else {
-		rc = placefs_stager_stage(fs->st, fd, t->offset, t->nbytes, &o, &span, &err);
+		rc = placefs_stagers_stage(fs->ss, r->pos, fd, t->offset, t->nbytes, &o, &span,
+		                           &err);
 	}
 	/* After this no interrupt callback runs, so r may go away. */
 	fuse_req_interrupt_func(r->req, NULL, NULL);
@@ -670,7 +687,7 @@ static void run_stage(struct sreq *r)
 		ok = lease_add(fs, r, span.lease);
 		pthread_mutex_unlock(&fs->lock);
 		if (!ok) {
-			placefs_stager_release(fs->st, span.lease, r->fh);
+			placefs_stagers_release(fs->ss, span.lease, r->fh);
 			share_put(fs, r->uid, r->reserved, false);
 			fuse_reply_err(r->req, ENOMEM);
 			return;
@@ -684,13 +701,15 @@ static void run_stage(struct sreq *r)
 	io->copy_ns = span.copy_ns;
 	io->total_ns = span.total_ns;
 	io->out_flags = span.prefetched ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
+	if (io->mode != PLACEFS_IOC_STAGE_READ)
+		io->device = placefs_stagers_devices(fs->ss)->items[r->pos].index;
 	if (fuse_reply_ioctl(r->req, 0, io, sizeof(*io)) != 0 && span.lease) {
 		/* The caller is gone before it heard of its lease: nobody can release it. */
-		if (placefs_stager_release(fs->st, span.lease, r->fh) == 0 && r->reserved)
+		if (placefs_stagers_release(fs->ss, span.lease, r->fh) == 0 && r->reserved)
 			lease_end(fs, span.lease);
 	}
-	if (io->mode != PLACEFS_IOC_STAGE_READ)
-		hint_after(fs, r->entry);
+	if (io->mode != PLACEFS_IOC_STAGE_READ && !r->sliced)
+		hint_after(fs, r->pos, r->entry);
 }
 
 static void *detached_main(void *arg)
@@ -760,12 +779,21 @@ static int check_stage(const struct placefs_ioc_stage *s, char *why, size_t len)
 	if (s->mode != PLACEFS_IOC_STAGE_BORROW && s->mode != PLACEFS_IOC_STAGE_COPY &&
 	    s->mode != PLACEFS_IOC_STAGE_READ)
 		return bad(why, len, "unknown mode %u", s->mode);
-	if (s->flags != 0)
-		return bad(why, len, "flags 0x%x (none is defined)", s->flags);
-	/* No flag is served yet: the slice and device fields must be zero too. */
-	if (s->pad0 != 0 || !all_zero(s->reserved, sizeof(s->reserved)) || s->slice_dim ||
-	    s->device || s->slice_start || s->slice_len)
+	if (s->flags & ~(PLACEFS_IOC_STAGE_SLICE | PLACEFS_IOC_STAGE_DEVICE))
+		return bad(why, len, "flags 0x%x (known: SLICE 0x%x, DEVICE 0x%x)", s->flags,
+		           PLACEFS_IOC_STAGE_SLICE, PLACEFS_IOC_STAGE_DEVICE);
+	if (s->pad0 != 0 || !all_zero(s->reserved, sizeof(s->reserved)))
 		return bad(why, len, "a reserved field is not zero");
+	/* The fields of a flag that is clear must be zero. */
+	if (!(s->flags & PLACEFS_IOC_STAGE_SLICE) &&
+	    (s->slice_dim || s->slice_start || s->slice_len))
+		return bad(why, len,
+		           "slice_dim, slice_start and slice_len are not zero without the "
+		           "SLICE flag");
+	if (!(s->flags & PLACEFS_IOC_STAGE_DEVICE) && s->device)
+		return bad(why, len, "device is not zero without the DEVICE flag");
+	if (s->mode == PLACEFS_IOC_STAGE_READ && s->flags)
+		return bad(why, len, "read mode takes no SLICE or DEVICE flag (it uses no ring)");
 	if (s->mode == PLACEFS_IOC_STAGE_BORROW) {
 		if (s->dest_kind || s->dest_handle_bytes || s->dest_offset || s->dest_size ||
 		    !all_zero(s->dest_handle, sizeof(s->dest_handle)))
@@ -786,20 +814,57 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 	const struct fuse_ctx *ctx;
 	struct sreq local, *r;
 	struct user_use *u = NULL;
+	struct placefs_slice_layout lay;
+	struct placefs_error err;
 	pthread_attr_t attr;
 	pthread_t tid;
 	char why[256];
-	int rc;
+	bool sliced = (in->flags & PLACEFS_IOC_STAGE_SLICE) != 0;
+	int rc, pos = 0;
+	unsigned i;
 
 	rc = check_stage(in, why, sizeof(why));
 	if (rc) {
 		refuse(req, fs, rc, "'%s': bad stage request: %s", e->fname, why);
 		return;
 	}
-	if (!fs->st && in->mode != PLACEFS_IOC_STAGE_READ) {
+	if (!fs->ss && in->mode != PLACEFS_IOC_STAGE_READ) {
 		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
 		fuse_reply_err(req, ENODEV);
 		return;
+	}
+	placefs_error_clear(&err);
+	if (sliced) {
+		const struct placefs_tensor *t = e->tensor;
+		struct placefs_slice sl = {
+		        .dim = in->slice_dim, .start = in->slice_start, .len = in->slice_len};
+
+		rc = placefs_slice_layout(t->name, t->dtype, t->ndim, t->shape, t->nbytes, &sl,
+		                          &lay, &err);
+		if (rc < 0) {
+			refuse(req, fs, -rc, "'%s': bad slice: %s", e->fname, err.msg);
+			return;
+		}
+	}
+	if (in->mode != PLACEFS_IOC_STAGE_READ) {
+		/* The ring of the named device, of the destination's, or the only one. */
+		const struct placefs_devices *ds = placefs_stagers_devices(fs->ss);
+		struct placefs_device dev = {ds->items[0].kind, in->device};
+		struct placefs_dest dest;
+
+		memset(&dest, 0, sizeof(dest));
+		dest.kind = in->dest_kind;
+		dest.handle_bytes = in->dest_handle_bytes;
+		memcpy(dest.handle, in->dest_handle, sizeof(dest.handle));
+		dest.offset = in->dest_offset;
+		dest.size = in->dest_size;
+		pos = placefs_stagers_route(
+		        fs->ss, (in->flags & PLACEFS_IOC_STAGE_DEVICE) ? &dev : NULL,
+		        in->mode == PLACEFS_IOC_STAGE_COPY ? &dest : NULL, &err);
+		if (pos < 0) {
+			refuse(req, fs, -pos, "'%s': %s", e->fname, err.msg);
+			return;
+		}
 	}
 	if (in->mode != PLACEFS_IOC_STAGE_READ &&
 	    (e->placement == PLACEFS_PLACE_CPU || e->tensor->nbytes > fs->info.ring_bytes)) {
@@ -816,13 +881,15 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 		       (unsigned long long)fs->info.ring_bytes, ring);
 		return;
 	}
-	if (in->mode != PLACEFS_IOC_STAGE_BORROW && in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
-	    fs->st && fs->info.handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
-	    strcmp((const char *)in->dest_handle, (const char *)fs->info.handle) == 0) {
-		refuse(req, fs, EINVAL, "'%s': the destination is the staging ring itself",
-		       e->fname);
-		return;
-	}
+	for (i = 0; i < fs->nst; i++)
+		if (in->mode != PLACEFS_IOC_STAGE_BORROW &&
+		    in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+		    fs->infos[i].handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+		    strcmp((const char *)in->dest_handle, (const char *)fs->infos[i].handle) == 0) {
+			refuse(req, fs, EINVAL, "'%s': the destination is a staging ring itself",
+			       e->fname);
+			return;
+		}
 	rc = placefs_mount_shard_ok(m, e->tensor->shard);
 	if (rc < 0) {
 		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
@@ -848,10 +915,17 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 	local.uid = ctx->uid;
 	local.pid = ctx->pid;
 	local.io = *in;
+	local.sliced = sliced;
+	local.pos = (unsigned)pos;
+	if (sliced)
+		local.lay = lay;
 
 	/* A capped user's leases and stages in progress: at most -o user_share of the ring. */
 	if (in->mode != PLACEFS_IOC_STAGE_READ && capped(fs, local.uid)) {
-		uint64_t need = e->tensor->nbytes ? e->tensor->nbytes : 1;
+		uint64_t need = sliced ? lay.nbytes : e->tensor->nbytes;
+
+		if (!need)
+			need = 1;
 
 		if (fs->align > 1 && need % fs->align)
 			need += fs->align - need % fs->align;
@@ -1104,7 +1178,7 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 	o.deadline = dlp;
 	o.cancel = &j->r.cancel;
 	o.name = t->name;
-	rc = placefs_stager_stage_copy(fs->st, fd, off, n, &o, &dest, &span, err);
+	rc = placefs_stagers_stage_copy(fs->ss, j->pos, fd, off, n, &o, &dest, &span, err);
 	if (need)
 		share_put(fs, j->r.uid, need, false);
 	if (rc == 0 && prefetched)
@@ -1160,7 +1234,7 @@ static unsigned batch_run(struct bjob *j, unsigned r)
 	if (rc == 0) {
 		ok = n;
 		if (io->mode == PLACEFS_IOC_STAGE_COPY)
-			hint_after(fs, (size_t)io->entries[first + n - 1].tensor);
+			hint_after(fs, j->pos, (size_t)io->entries[first + n - 1].tensor);
 	} else if (rc != -ETIMEDOUT && rc != -EINTR) {
 		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
 		placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
@@ -1269,6 +1343,7 @@ static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	struct bjob j;
 	char why[256];
 	uint64_t t0 = placefs_clock_ns();
+	unsigned bpos = 0;
 	int rc;
 
 	rc = check_batch(in, why, sizeof(why));
@@ -1276,16 +1351,34 @@ static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 		refuse(req, fs, rc, "bad batch request: %s", why);
 		return;
 	}
-	if (in->mode == PLACEFS_IOC_STAGE_COPY && !fs->st) {
+	if (in->mode == PLACEFS_IOC_STAGE_COPY && !fs->ss) {
 		atomic_fetch_add_explicit(&fs->refused, 1, memory_order_relaxed);
 		fuse_reply_err(req, ENODEV);
 		return;
 	}
-	if (in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM && fs->st &&
-	    fs->info.handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
-	    strcmp((const char *)in->dest_handle, (const char *)fs->info.handle) == 0) {
-		refuse(req, fs, EINVAL, "batch: the destination is the staging ring itself");
-		return;
+	for (unsigned k = 0; k < fs->nst; k++)
+		if (in->dest_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+		    fs->infos[k].handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM &&
+		    strcmp((const char *)in->dest_handle, (const char *)fs->infos[k].handle) == 0) {
+			refuse(req, fs, EINVAL, "batch: the destination is a staging ring itself");
+			return;
+		}
+	if (in->mode == PLACEFS_IOC_STAGE_COPY) {
+		/* The batch's one destination names one device (or the mount has one). */
+		struct placefs_dest dest;
+
+		memset(&dest, 0, sizeof(dest));
+		dest.kind = in->dest_kind;
+		dest.handle_bytes = in->dest_handle_bytes;
+		memcpy(dest.handle, in->dest_handle, sizeof(dest.handle));
+		dest.size = in->dest_size;
+		placefs_error_clear(&err);
+		rc = placefs_stagers_route(fs->ss, NULL, &dest, &err);
+		if (rc < 0) {
+			refuse(req, fs, -rc, "batch: %s", err.msg);
+			return;
+		}
+		bpos = (unsigned)rc;
 	}
 	/* On the worker itself, while enough stay free for RELEASE and INTERRUPT. */
 	if (atomic_fetch_add(&fs->inline_busy, 1) >= fs->inline_max) {
@@ -1302,6 +1395,7 @@ static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	j.r.pid = ctx->pid;
 	j.gid = ctx->gid;
 	j.dfd = -1;
+	j.pos = bpos;
 	j.io = malloc(sizeof(*j.io));
 	if (!j.io || pthread_cond_init(&j.ended, NULL) != 0) {
 		free(j.io);
@@ -1373,10 +1467,20 @@ static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *f
 		       fname, in->version, in->size, PLACEFS_IOC_VERSION, sizeof(*in));
 		return;
 	}
-	/* No RING_INFO flag is served yet: flags, select and the out fields must be zero. */
-	if (!all_zero(in->reserved, sizeof(in->reserved)) || in->flags || in->select ||
-	    in->ndevices || in->position) {
+	if (!all_zero(in->reserved, sizeof(in->reserved)) || in->ndevices || in->position) {
 		refuse(req, fs, EINVAL, "'%s': ring info with a non-zero reserved field", fname);
+		return;
+	}
+	if (in->flags != 0 && in->flags != PLACEFS_IOC_RING_INFO_DEVICE &&
+	    in->flags != PLACEFS_IOC_RING_INFO_POSITION) {
+		refuse(req, fs, EINVAL,
+		       "'%s': ring info flags 0x%x (zero, DEVICE 0x%x or POSITION 0x%x)", fname,
+		       in->flags, PLACEFS_IOC_RING_INFO_DEVICE, PLACEFS_IOC_RING_INFO_POSITION);
+		return;
+	}
+	if (in->flags == 0 && in->select != 0) {
+		refuse(req, fs, EINVAL, "'%s': ring info select %d without a flag", fname,
+		       in->select);
 		return;
 	}
 	memset(&out, 0, sizeof(out));
@@ -1384,21 +1488,49 @@ static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *f
 	out.size = sizeof(out);
 	out.backend = PLACEFS_IOC_BACKEND_NONE;
 	out.device = -1;
-	if (fs && fs->st) {
-		out.backend = (uint32_t)fs->info.device.kind;
-		out.device = fs->info.device.index;
-		out.ring_bytes = fs->info.ring_bytes;
-		out.host_buffer_bytes = fs->info.host_buffer_bytes;
+	if (fs && fs->ss) {
+		const struct placefs_backend_info *bi;
+		struct placefs_error err;
+		int pos = 0;
+
+		placefs_error_clear(&err);
+		if (in->flags == PLACEFS_IOC_RING_INFO_DEVICE) {
+			struct placefs_device dev = {placefs_stagers_devices(fs->ss)->items[0].kind,
+			                             in->select};
+
+			pos = placefs_stagers_find(fs->ss, dev, &err);
+		} else if (in->flags == PLACEFS_IOC_RING_INFO_POSITION) {
+			pos = in->select >= 0 && (unsigned)in->select < fs->nst ? in->select
+			                                                        : -ENODEV;
+			if (pos < 0)
+				snprintf(err.msg, sizeof(err.msg),
+				         "position %d, the mount has %u rings", in->select,
+				         fs->nst);
+		}
+		if (pos < 0) {
+			refuse(req, fs, -pos, "'%s': ring info: %s", fname, err.msg);
+			return;
+		}
+		bi = &fs->infos[pos];
+		out.backend = (uint32_t)bi->device.kind;
+		out.device = bi->device.index;
+		out.ring_bytes = bi->ring_bytes;
+		out.host_buffer_bytes = bi->host_buffer_bytes;
 		out.alignment = fs->align;
+		out.ndevices = fs->nst;
+		out.position = (uint32_t)pos;
 		/*
 		 * The handle maps the whole ring: only for those who may borrow
 		 * (may_borrow()); others see HANDLE_NONE, and copy mode works.
 		 */
 		if (may_borrow(fs, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid)) {
-			out.handle_kind = fs->info.handle_kind;
-			out.handle_bytes = fs->info.handle_bytes;
-			memcpy(out.handle, fs->info.handle, sizeof(out.handle));
+			out.handle_kind = bi->handle_kind;
+			out.handle_bytes = bi->handle_bytes;
+			memcpy(out.handle, bi->handle, sizeof(out.handle));
 		}
+	} else if (in->flags) {
+		refuse(req, fs, ENODEV, "'%s': ring info of a device: staging is disabled", fname);
+		return;
 	}
 	fuse_reply_ioctl(req, 0, &out, sizeof(out));
 }
@@ -1415,12 +1547,12 @@ static void do_release(fuse_req_t req, struct placefs_ioctl *fs, const char *fna
 		refuse(req, fs, EINVAL, "'%s': release with a non-zero reserved field", fname);
 		return;
 	}
-	if (!fs || !fs->st) {
+	if (!fs || !fs->ss) {
 		fuse_reply_err(req, ENODEV);
 		return;
 	}
 	/* Only leases taken on this file handle; 0 is never a lease. */
-	if (in->lease == 0 || placefs_stager_release(fs->st, in->lease, fh) != 0) {
+	if (in->lease == 0 || placefs_stagers_release(fs->ss, in->lease, fh) != 0) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -1523,7 +1655,7 @@ void placefs_ioctl_op(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *ar
 
 void placefs_ioctl_release(struct placefs_ioctl *fs, uint64_t fh)
 {
-	if (fs && fs->st && placefs_stager_release_owner(fs->st, fh) > 0)
+	if (fs && fs->ss && placefs_stagers_release_owner(fs->ss, fh) > 0)
 		lease_end_owner(fs, fh);
 }
 
@@ -1577,6 +1709,38 @@ static const struct placefs_stat staging_rows[] = {
         STAGER("zero_copy.registered_bytes", zero_copy_registered_bytes),
         STAGER("zero_copy.refused", zero_copy_refused),
         STAGER("zero_copy.stale", zero_copy_stale),
+        STAGER("slices.tensors", slices),
+        STAGER("slices.bytes", slice_bytes),
+        STAGER("slices.strided_read_bytes", strided_read_bytes),
+};
+
+/*
+ * One element of "staging.devices" per stager, in the order of the -o
+ * device= list, after "device" (its name), "index" and "position". Base 0
+ * is that stager's snapshot.
+ */
+static const struct placefs_stat device_rows[] = {
+        STAGER("ring_bytes", ring_capacity),
+        STAGER("ring_used", ring_used),
+        STAGER("ring_high_water", ring_high_water),
+        STAGER("host_buffer_bytes", host_buffer_bytes),
+        STAGER("io_threads", io_threads),
+        STAGER("staged.copy.tensors", staged[PLACEFS_IOC_STAGE_COPY]),
+        STAGER("staged.copy.bytes", staged_bytes[PLACEFS_IOC_STAGE_COPY]),
+        STAGER("staged.borrow.tensors", staged[PLACEFS_IOC_STAGE_BORROW]),
+        STAGER("staged.borrow.bytes", staged_bytes[PLACEFS_IOC_STAGE_BORROW]),
+        STAGER("waits", ring_waits),
+        STAGER("wait_ns", ring_wait_ns),
+        STAGER("errors", errors),
+        STAGER("leases", leases),
+        STAGER("released", released),
+        STAGER("read_bytes", read_bytes),
+        STAGER("prefetch.issued", prefetch_issued),
+        STAGER("prefetch.hits", prefetch_hits),
+        STAGER("zero_copy.bytes", zero_copy_bytes),
+        STAGER("slices.tensors", slices),
+        STAGER("slices.bytes", slice_bytes),
+        STAGER("slices.strided_read_bytes", strided_read_bytes),
 };
 
 /* READ mode (the filler), after the ring's rows; also without a ring. */
@@ -1628,20 +1792,41 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 
 	placefs_stats_begin(w, "staging");
 	placefs_stats_string(w, "device", fs ? fs->device : "none");
-	if (!fs || !fs->st) {
+	if (!fs || !fs->ss) {
 		placefs_stats_string(w, "backend", "none");
+		placefs_stats_u64(w, "ndevices", 0);
 		read_stats(fs, w);
 		placefs_stats_end(w);
 		return;
 	}
 	placefs_stats_string(w, "backend", placefs_device_kind_name(fs->info.device.kind));
-	placefs_stager_stats(fs->st, &s);
-	v.dests = placefs_backend_dest_count(placefs_stager_backend(fs->st));
+	placefs_stats_u64(w, "ndevices", fs->nst);
+	/* Every ring's counters added up (lib/stagers.h); per device below. */
+	placefs_stagers_stats(fs->ss, &s);
+	v.dests = placefs_stagers_dest_count(fs->ss);
 	pthread_mutex_lock((pthread_mutex_t *)&fs->lock);
 	v.waiting = fs->detached;
 	pthread_mutex_unlock((pthread_mutex_t *)&fs->lock);
 	placefs_stats_table(w, staging_rows, PLACEFS_STATS_ROWS(staging_rows),
 	                    (const void *const[]){&s, fs, &v});
+	placefs_stats_begin_array(w, "devices");
+	for (unsigned i = 0; i < fs->nst; i++) {
+		struct placefs_stager_stats d;
+		char name[PLACEFS_DEVICE_NAME_MAX];
+
+		placefs_stager_stats(placefs_stagers_at(fs->ss, i), &d);
+		placefs_stats_begin(w, NULL);
+		placefs_stats_string(
+		        w, "device",
+		        placefs_device_format(placefs_stagers_devices(fs->ss)->items[i], name));
+		placefs_stats_i64(w, "index", placefs_stagers_devices(fs->ss)->items[i].index);
+		placefs_stats_u64(w, "position", i);
+		placefs_stats_string(w, "name", fs->infos[i].name);
+		placefs_stats_table(w, device_rows, PLACEFS_STATS_ROWS(device_rows),
+		                    (const void *const[]){&d});
+		placefs_stats_end(w);
+	}
+	placefs_stats_end(w);
 	read_stats(fs, w);
 	placefs_stats_end(w);
 }
@@ -1649,26 +1834,26 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 /* ---- create / free --------------------------------------------------------------------- */
 
 /*
- * The staging device for the options: -o device= as given, or for the
- * default cuda:0 when a CUDA device is present. Kind none with *why set
- * when staging stays off.
+ * The staging devices for the options: the -o device= list as given, or
+ * for the default cuda:0 when a CUDA device is present. An empty list
+ * ("none") with *why set when staging stays off.
  */
-static struct placefs_device choose_device(const struct placefs_opts *o, char *why, size_t wlen)
+static struct placefs_devices choose_devices(const struct placefs_opts *o, char *why, size_t wlen)
 {
-	const struct placefs_device none = {PLACEFS_DEVICE_NONE, -1};
+	struct placefs_devices none = {0};
 	struct placefs_error err;
 	int n;
 
 	if (!o->device_auto) {
-		if (o->device.kind == PLACEFS_DEVICE_NONE)
+		if (!o->devices.all && o->devices.n == 0)
 			snprintf(why, wlen, "-o device=none");
-		return o->device;
+		return o->devices;
 	}
 	/* The default: the first GPU when there is one, else no staging. */
 	placefs_error_clear(&err);
 	n = placefs_backend_cuda_devices(&err);
 	if (n > 0)
-		return o->device;
+		return o->devices;
 	snprintf(why, wlen,
 	         "no -o device given and %.300s; -o device=host stages through shared "
 	         "memory",
@@ -1736,13 +1921,13 @@ fail_hint:
 int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
                          struct placefs_error *err)
 {
-	struct placefs_stager_config cfg;
+	struct placefs_stagers_config cfg;
 	struct placefs_error e;
 	struct placefs_ioctl *fs;
-	char spec[PLACEFS_DEVICE_NAME_MAX], why[512], ring[32], hb[32], chunk[32], note[256];
+	char spec[PLACEFS_DEVICES_NAME_MAX], why[512], ring[32], hb[32], chunk[32], note[256];
 	char zc[300];
 	struct placefs_stager_stats zs;
-	struct placefs_device dev;
+	struct placefs_devices devs;
 	int rc;
 
 	*out = NULL;
@@ -1780,18 +1965,19 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 		fs->nbthreads++;
 	}
 	why[0] = '\0';
-	dev = choose_device(m->opts, why, sizeof(why));
-	placefs_device_format(dev, spec);
+	devs = choose_devices(m->opts, why, sizeof(why));
+	placefs_devices_format(&devs, spec, sizeof(spec));
 	snprintf(fs->device, sizeof(fs->device), "none");
-	if (dev.kind != PLACEFS_DEVICE_NONE) {
+	if (devs.all || devs.n > 0) {
 		memset(&cfg, 0, sizeof(cfg));
-		cfg.device = dev;
-		cfg.ring_bytes = placefs_plan_ring_bytes(m->plan);
-		cfg.host_buffer = m->opts->host_buffer;
-		cfg.prefetch = m->opts->prefetch;
-		cfg.zero_copy = m->opts->zero_copy;
+		cfg.devices = devs;
+		cfg.stager.device = devs.all ? m->opts->device : devs.items[0];
+		cfg.stager.ring_bytes = placefs_plan_ring_bytes(m->plan);
+		cfg.stager.host_buffer = m->opts->host_buffer;
+		cfg.stager.prefetch = m->opts->prefetch;
+		cfg.stager.zero_copy = m->opts->zero_copy;
 		placefs_error_clear(&e);
-		rc = placefs_stager_create(&cfg, &fs->st, &e);
+		rc = placefs_stagers_create(&cfg, &fs->ss, &e);
 		if (rc != 0 && !m->opts->device_auto) {
 			/* Asked for explicitly: refuse to mount, saying why. */
 			placefs_error_set(err, rc, e.kind, "staging (-o device=%s): %s", spec,
@@ -1801,23 +1987,34 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 		}
 		if (rc != 0) {
 			/* The default device: the mount works without staging. */
-			fs->st = NULL;
+			fs->ss = NULL;
 			snprintf(why, sizeof(why),
 			         "no -o device given and %.16s could not be set up: %.400s", spec,
 			         e.msg);
-		} else {
-			placefs_backend_get_info(placefs_stager_backend(fs->st), &fs->info);
+		} else if (fs->ss) {
+			uint64_t total;
+
+			fs->nst = placefs_stagers_count(fs->ss);
+			for (unsigned k = 0; k < fs->nst; k++)
+				placefs_backend_get_info(
+				        placefs_stager_backend(placefs_stagers_at(fs->ss, k)),
+				        &fs->infos[k]);
+			fs->info = fs->infos[0];
 			fs->align = PLACEFS_STAGE_ALIGN_DEFAULT;
-			fs->share_bytes =
-			        m->opts->user_share >= 100
-			                ? UINT64_MAX
-			                : fs->info.ring_bytes / 100 * m->opts->user_share +
-			                          fs->info.ring_bytes % 100 * m->opts->user_share /
-			                                  100;
-			snprintf(fs->device, sizeof(fs->device), "%s", fs->info.name);
+			/* The share is of all rings together, wherever the leases are. */
+			total = fs->info.ring_bytes * fs->nst;
+			fs->share_bytes = m->opts->user_share >= 100
+			                          ? UINT64_MAX
+			                          : total / 100 * m->opts->user_share +
+			                                    total % 100 * m->opts->user_share / 100;
+			placefs_devices_format(placefs_stagers_devices(fs->ss), spec, sizeof(spec));
+			if (fs->nst == 1)
+				snprintf(fs->device, sizeof(fs->device), "%s", fs->info.name);
+			else
+				snprintf(fs->device, sizeof(fs->device), "%s", spec);
 		}
 	}
-	if (!fs->st) {
+	if (!fs->ss) {
 		snprintf(fs->log_line, sizeof(fs->log_line), "staging: disabled (%s)", why);
 		*out = fs;
 		return 0;
@@ -1834,20 +2031,20 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 	placefs_size_format(fs->info.ring_bytes, ring, sizeof(ring));
 	placefs_size_format(fs->info.host_buffer_bytes, hb, sizeof(hb));
 	placefs_size_format(fs->info.chunk_bytes, chunk, sizeof(chunk));
-	placefs_stager_stats(fs->st, &zs);
-	placefs_stager_zero_copy_note(fs->st, note, sizeof(note));
+	placefs_stager_stats(placefs_stagers_at(fs->ss, 0), &zs);
+	placefs_stager_zero_copy_note(placefs_stagers_at(fs->ss, 0), note, sizeof(note));
 	snprintf(zc, sizeof(zc), "%s%s%s%s", zs.zero_copy ? "on" : "off", note[0] ? " (" : "", note,
 	         note[0] ? ")" : "");
 	snprintf(fs->log_line, sizeof(fs->log_line),
-	         "staging: %s: ring %llu bytes (%s, one allocation), host buffer %llu bytes "
-	         "(%s: %u chunks of %s), prefetch %s, zero-copy %s",
-	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
-	         (unsigned long long)fs->info.host_buffer_bytes, hb, fs->info.nchunks, chunk,
-	         m->opts->prefetch ? "on" : "off", zc);
+	         "staging: %.300s: ring %llu bytes (%s, one allocation%s), host buffer %llu "
+	         "bytes (%s: %u chunks of %s), prefetch %s, zero-copy %s",
+	         fs->nst == 1 ? fs->info.name : spec, (unsigned long long)fs->info.ring_bytes, ring,
+	         fs->nst == 1 ? "" : " per device", (unsigned long long)fs->info.host_buffer_bytes,
+	         hb, fs->info.nchunks, chunk, m->opts->prefetch ? "on" : "off", zc);
 	snprintf(fs->plan_line, sizeof(fs->plan_line),
-	         "staging: device %s, ring %llu bytes (%s), host buffer %llu bytes (%s)\n",
-	         fs->info.name, (unsigned long long)fs->info.ring_bytes, ring,
-	         (unsigned long long)fs->info.host_buffer_bytes, hb);
+	         "staging: device %.300s, ring %llu bytes (%s%s), host buffer %llu bytes (%s)\n",
+	         fs->nst == 1 ? fs->info.name : spec, (unsigned long long)fs->info.ring_bytes, ring,
+	         fs->nst == 1 ? "" : " each", (unsigned long long)fs->info.host_buffer_bytes, hb);
 	*out = fs;
 	return 0;
 }
@@ -1894,7 +2091,7 @@ void placefs_ioctl_free(struct placefs_ioctl *fs)
 	for (i = 0; i < fs->nbthreads; i++)
 		pthread_join(fs->bthreads[i], NULL);
 	placefs_log_limit_flush(&fs->loglim, "staging");
-	placefs_stager_free(fs->st);
+	placefs_stagers_free(fs->ss);
 	placefs_filler_free(fs->fill);
 	for (i = 0; i < LEASE_BUCKETS; i++) {
 		while (fs->leases[i]) {

@@ -180,6 +180,17 @@ static int misspelt_error(const char *arg, struct placefs_error *err)
 	                         arg);
 }
 
+/* Whether arg is an item of a device list: "cuda:" or "host:" and 1 to 4 digits. */
+static int device_item(const char *arg)
+{
+	size_t n;
+
+	if (strncmp(arg, "cuda:", 5) != 0 && strncmp(arg, "host:", 5) != 0)
+		return 0;
+	n = strspn(arg + 5, "0123456789");
+	return n >= 1 && n <= 4 && arg[5 + n] == '\0';
+}
+
 /* fuse_opt_parse() callback: -1 error, 0 discard the argument, 1 keep it. */
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
@@ -230,6 +241,24 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		}
 		return 0;
 	case FUSE_OPT_KEY_OPT:
+		/*
+		 * -o device=cuda:0,cuda:1: the option parser splits the list at
+		 * its commas, so items after the first arrive as options of their
+		 * own ("cuda:1", "host:1"); they continue the device= before them.
+		 */
+		if (ctx->device && device_item(arg)) {
+			size_t n = strlen(ctx->device), k = strlen(arg);
+			char *v = realloc(ctx->device, n + k + 2);
+
+			if (!v) {
+				ctx->nomem = 1;
+				return -1;
+			}
+			v[n] = ',';
+			memcpy(v + n + 1, arg, k + 1);
+			ctx->device = v;
+			return 0;
+		}
 		if (misspelling(arg)) {
 			if (!ctx->misspelt && !(ctx->misspelt = strdup(arg))) {
 				ctx->nomem = 1;
@@ -242,15 +271,27 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	}
 }
 
-/* lib/device.h's grammar (cuda:N with N 0..1023, host, none), parsed here once. */
+/*
+ * lib/device.h's list grammar (cuda:N, cuda:N,cuda:M,..., cuda:all, host,
+ * host:N,..., none), parsed here once.
+ */
 static int parse_device(const char *text, struct placefs_opts *o, struct placefs_error *err)
 {
-	if (placefs_device_parse(text, &o->device, NULL) < 0)
-		return placefs_error_set(
-		        err, -EINVAL, PLACEFS_E_USAGE,
-		        "invalid -o device value '%s' (expected cuda:N with N from "
-		        "0 to 1023, host or none)",
-		        text);
+	struct placefs_error e;
+
+	placefs_error_clear(&e);
+	if (placefs_devices_parse(text, &o->devices, &e) < 0)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "invalid -o device value: %s (expected cuda:N with N from "
+		                         "0 to 1023, a list cuda:N,cuda:M,..., cuda:all, host, "
+		                         "host:N,... or none)",
+		                         e.msg);
+	if (o->devices.all)
+		o->device = (struct placefs_device){PLACEFS_DEVICE_CUDA, 0};
+	else if (o->devices.n == 0)
+		o->device = (struct placefs_device){PLACEFS_DEVICE_NONE, -1};
+	else
+		o->device = o->devices.items[0];
 	o->device_auto = 0;
 	return 0;
 }
@@ -406,6 +447,8 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->readahead = PLACEFS_READAHEAD;
 	o->max_idle_threads = UINT_MAX;
 	o->device = (struct placefs_device){PLACEFS_DEVICE_CUDA, 0};
+	o->devices.n = 1;
+	o->devices.items[0] = o->device;
 	o->device_auto = 1;
 	o->prefetch = 1;
 	o->push_threads = PLACEFS_PUSH_THREADS;
@@ -669,7 +712,9 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o index=FILE          index file, relative to the source directory\n"
 	        "                           (default: model.safetensors.index.json if present)\n"
 	        "    -o device=DEV          staging device: cuda:N, host or none (default: cuda:0\n"
-	        "                           when a CUDA device is present, else none)\n"
+	        "                           when a CUDA device is present, else none); a list\n"
+	        "                           cuda:0,cuda:1,... or cuda:all (host:0,host:1,...\n"
+	        "                           without a GPU) stages through one ring per device\n"
 	        "    -o host_buffer=SIZE    pinned bounce memory for staging (default: %s)\n"
 	        "    -o ring_size=SIZE      device memory of the staging ring (default: the\n"
 	        "                           staging limit); at least the limit\n"

@@ -85,6 +85,12 @@ struct placefs_opts {
 	 */
 	struct placefs_device device;
 	int device_auto;
+	/*
+	 * The whole -o device= list (cuda:0,cuda:1 / cuda:all / host:0,host:1):
+	 * one stager per item (lib/stagers.h). `device` is its first item
+	 * (cuda:0 for cuda:all), so code asking "staging or not" reads it.
+	 */
+	struct placefs_devices devices;
 	uint64_t host_buffer;  /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
 	uint64_t ring_size;    /* -o ring_size=, bytes; 0 = the plan's own ring (lib/plan.h) */
 	int prefetch;          /* 1 unless -o noprefetch */

@@ -153,14 +153,14 @@ static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
 	ri.size = 257;
 	expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with size 257");
 	for (i = 0; i < 12; i++) {
-		/* reserved[], then flags, select, ndevices, position (none is served yet) */
+		/* reserved[], an unknown flag, select without a flag, ndevices, position (in: 0) */
 		memset(&ri, 0, sizeof(ri));
 		ri.version = PLACEFS_IOC_VERSION;
 		ri.size = sizeof(ri);
 		if (i < 8)
 			ri.reserved[i] = 1;
 		else if (i == 8)
-			ri.flags = 1;
+			ri.flags = 4;
 		else if (i == 9)
 			ri.select = 1;
 		else if (i == 10)
@@ -169,6 +169,20 @@ static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
 			ri.position = 1;
 		expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with reserved[i] set");
 	}
+	/* Both selecting flags at once, and rings this mount does not have. */
+	memset(&ri, 0, sizeof(ri));
+	ri.version = PLACEFS_IOC_VERSION;
+	ri.size = sizeof(ri);
+	ri.flags = PLACEFS_IOC_RING_INFO_DEVICE | PLACEFS_IOC_RING_INFO_POSITION;
+	expect(fd, PLACEFS_IOC_RING_INFO, &ri, EINVAL, "ring_info with DEVICE|POSITION");
+	ri.flags = PLACEFS_IOC_RING_INFO_DEVICE;
+	ri.select = 63;
+	expect(fd, PLACEFS_IOC_RING_INFO, &ri, ENODEV, "ring_info of a device not served");
+	ri.flags = PLACEFS_IOC_RING_INFO_POSITION;
+	ri.select = 1;
+	expect(fd, PLACEFS_IOC_RING_INFO, &ri, ENODEV, "ring_info past the last position");
+	ri.select = -1;
+	expect(fd, PLACEFS_IOC_RING_INFO, &ri, ENODEV, "ring_info at position -1");
 
 	/* ---- STAGE: header fields ---- */
 	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
@@ -189,11 +203,27 @@ static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
 		stage_init(&s, modes[i]);
 		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with an unknown mode");
 	}
-	for (flags = 1; flags; flags <<= 7) {
+	/* Unknown flags (SLICE 0x1 and DEVICE 0x2 are served). */
+	for (flags = 4; flags; flags <<= 7) {
 		stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
 		s.flags = flags;
 		expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with flags");
 	}
+	/* A slice of no elements, of dimension 2, past the dimension. */
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.flags = PLACEFS_IOC_STAGE_SLICE;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with a slice of length 0");
+	s.slice_dim = 2;
+	s.slice_len = 1;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with a slice of dimension 2");
+	s.slice_dim = 0;
+	s.slice_start = UINT64_MAX;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with a slice past dimension 0");
+	/* A device the mount does not stage to. */
+	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
+	s.flags = PLACEFS_IOC_STAGE_DEVICE;
+	s.device = 63;
+	expect(fd, PLACEFS_IOC_STAGE, &s, ENODEV, "stage on a device not served");
 	stage_init(&s, PLACEFS_IOC_STAGE_BORROW);
 	s.pad0 = 1;
 	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "stage with pad0 set");

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -54,6 +55,13 @@ static struct {
 	bool verify;
 	bool quiet;
 	uint64_t timeout_ns;
+	/* --slice DIM:START:LEN, or RANK/WORLD@DIM (the even split, per tensor) */
+	bool slice, shard;
+	uint32_t slice_dim, rank, world;
+	uint64_t slice_start, slice_len;
+	/* --device N: the ring of device N (CUDA ordinal or N of host:N) */
+	bool has_device;
+	int32_t device;
 } cfg;
 
 /*
@@ -87,6 +95,8 @@ static void remember_shm(const struct placefs_client_dest *d)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: placefs-stage [--mode copy|borrow] [--verify] [--timeout MS] [-q]\n"
+	           "                     [--slice DIM:START:LEN | --slice RANK/WORLD@DIM]\n"
+	           "                     [--device N]\n"
 	           "                     (--all MOUNTPOINT | FILE...)\n"
 	           "Stages tensor files of a placefs mount through its staging ring.\n"
 	           "\n"
@@ -96,6 +106,11 @@ static void usage(FILE *f)
 	           "                    comes from INSTANTTENSOR_COPY: 1 copy, 0 borrow\n"
 	           "  --verify          compare each staged tensor with a read() of its file\n"
 	           "  --timeout MS      longest wait for ring space per tensor (default: none)\n"
+	           "  --slice DIM:START:LEN  stage only elements [START, START+LEN) of dimension\n"
+	           "                    DIM (0: rows, 1: columns); or RANK/WORLD@DIM: rank's\n"
+	           "                    even part of each tensor's dimension DIM\n"
+	           "  --device N        stage through the ring of device N (cuda:N, or host:N),\n"
+	           "                    which a borrow on a mount of several devices needs\n"
 	           "  -q, --quiet       no per-tensor lines, only the summary\n"
 	           "  -h, --help        show this help\n"
 	           "  -V, --version     show the version\n");
@@ -175,7 +190,8 @@ static int mnt_setup(struct mnt *mt, int fd, const char *path)
 	if (mt->have_info)
 		return 0;
 	mt->setup_failed = true;
-	if (placefs_client_ring_info(fd, &mt->ri, &e) != 0) {
+	if ((cfg.has_device ? placefs_client_ring_info_device(fd, cfg.device, &mt->ri, &e)
+	                    : placefs_client_ring_info(fd, &mt->ri, &e)) != 0) {
 		errorf("%s: %s", path, e.msg);
 		return -1;
 	}
@@ -203,6 +219,107 @@ static int mnt_setup(struct mnt *mt, int fd, const char *path)
 	return 0;
 }
 
+/*
+ * The tensor's first two dimensions from its user.placefs.shape xattr
+ * ("[4096, 512]"); *ndim is the number of dimensions (up to 2 kept).
+ */
+static int read_shape(int fd, const char *path, uint64_t shape[2], unsigned *ndim)
+{
+	char buf[4096], *p, *end;
+	ssize_t n = fgetxattr(fd, "user.placefs.shape", buf, sizeof(buf) - 1);
+
+	*ndim = 0;
+	if (n < 2) {
+		errorf("%s: no user.placefs.shape xattr for --slice", path);
+		return -1;
+	}
+	buf[n] = '\0';
+	p = buf + 1;
+	while (*p && *p != ']') {
+		unsigned long long v;
+
+		errno = 0;
+		v = strtoull(p, &end, 10);
+		if (errno || end == p) {
+			errorf("%s: unreadable user.placefs.shape '%s'", path, buf);
+			return -1;
+		}
+		if (*ndim < 2)
+			shape[*ndim] = v;
+		++*ndim;
+		p = end;
+		while (*p == ',' || *p == ' ')
+			p++;
+	}
+	return 0;
+}
+
+/* The stage arguments for this file: the slice (--slice) and the device (--device). */
+static int stage_args(int fd, const struct file *f, struct placefs_client_stage_args *a,
+                      uint64_t shape[2], unsigned *ndim)
+{
+	struct placefs_client_error e;
+
+	memset(a, 0, sizeof(*a));
+	a->timeout_ns = cfg.timeout_ns;
+	if (cfg.has_device) {
+		a->flags |= PLACEFS_IOC_STAGE_DEVICE;
+		a->device = cfg.device;
+	}
+	if (!cfg.slice)
+		return 0;
+	if (read_shape(fd, f->path, shape, ndim) != 0)
+		return -1;
+	a->flags |= PLACEFS_IOC_STAGE_SLICE;
+	a->slice_dim = cfg.slice_dim;
+	a->slice_start = cfg.slice_start;
+	a->slice_len = cfg.slice_len;
+	if (cfg.shard) {
+		if (cfg.slice_dim >= *ndim) {
+			errorf("%s: --slice %u/%u@%u: the tensor has %u dimensions", f->path,
+			       cfg.rank, cfg.world, cfg.slice_dim, *ndim);
+			return -1;
+		}
+		if (placefs_client_shard(shape[cfg.slice_dim], cfg.rank, cfg.world, &a->slice_start,
+		                         &a->slice_len, &e) != 0) {
+			errorf("%s: --slice: %s", f->path, e.msg);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Compacts the slice a names out of the whole tensor in buf (size bytes,
+ * first dimensions shape[]), in place: the bytes the daemon should have
+ * staged, nbytes of them. -1 when rows or columns are not whole bytes.
+ */
+static int cut_slice(uint8_t *buf, uint64_t size, const uint64_t shape[2], unsigned ndim,
+                     const struct placefs_client_stage_args *a, uint64_t nbytes)
+{
+	uint64_t rows, row, col, i;
+
+	if (ndim < 1 || shape[0] == 0 || size % shape[0])
+		return -1;
+	row = size / shape[0];
+	if (a->slice_dim == 0) {
+		if (a->slice_len * row != nbytes)
+			return -1;
+		memmove(buf, buf + a->slice_start * row, nbytes);
+		return 0;
+	}
+	if (ndim < 2 || shape[1] == 0 || row % shape[1])
+		return -1;
+	rows = shape[0];
+	col = row / shape[1];
+	if (rows * a->slice_len * col != nbytes)
+		return -1;
+	for (i = 0; i < rows; i++)
+		memmove(buf + i * a->slice_len * col, buf + i * row + a->slice_start * col,
+		        a->slice_len * col);
+	return 0;
+}
+
 struct totals {
 	size_t staged, failed, verified, prefetched;
 	uint64_t bytes;
@@ -220,7 +337,10 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
                       struct totals *tot)
 {
 	struct placefs_client_error e;
+	struct placefs_client_stage_args a;
 	struct placefs_ioc_stage r;
+	uint64_t shape[2] = {0, 0};
+	unsigned ndim = 0;
 	double t0, t1, v0;
 	char sz[32];
 	int fd, rc, ok = -1;
@@ -232,15 +352,17 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 	}
 	if (mnt_setup(mt, fd, f->path) != 0)
 		goto out;
+	if (stage_args(fd, f, &a, shape, &ndim) != 0)
+		goto out;
 	t0 = placefs_clock_s();
 	if (tot->first == 0)
 		tot->first = t0;
 	tot->verify_s += tot->pending_s;
 	tot->pending_s = 0;
 	if (cfg.mode == PLACEFS_IOC_STAGE_COPY)
-		rc = placefs_client_copy(fd, mt->dest, 0, cfg.timeout_ns, &r, &e);
+		rc = placefs_client_copy_ex(fd, mt->dest, 0, &a, &r, &e);
 	else
-		rc = placefs_client_borrow(fd, cfg.timeout_ns, &r, &e);
+		rc = placefs_client_borrow_ex(fd, &a, &r, &e);
 	t1 = placefs_clock_s();
 	tot->last = t1;
 	if (rc != 0) {
@@ -248,16 +370,22 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 		goto out;
 	}
 	tot->stage_s += t1 - t0;
-	if (r.nbytes != f->size) {
+	if (cfg.slice ? r.nbytes > f->size : r.nbytes != f->size) {
 		errorf("%s: the daemon staged %" PRIu64 " bytes, the file has %" PRIu64, f->path,
 		       r.nbytes, f->size);
 		goto release;
 	}
 	if (cfg.verify) {
 		v0 = placefs_clock_s();
-		rc = read_all(fd, want, r.nbytes);
+		rc = read_all(fd, want, f->size);
 		if (rc != 0) {
 			errorf("%s: read() for --verify failed: %s", f->path, strerror(-rc));
+			goto release;
+		}
+		if (cfg.slice && cut_slice(want, f->size, shape, ndim, &a, r.nbytes) != 0) {
+			errorf("%s: --verify: the slice of %" PRIu64 " bytes is not a whole number "
+			       "of bytes per row",
+			       f->path, r.nbytes);
 			goto release;
 		}
 		if (cfg.mode == PLACEFS_IOC_STAGE_COPY)
@@ -351,10 +479,11 @@ fail:
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-	        {"all", required_argument, NULL, 'a'}, {"mode", required_argument, NULL, 'm'},
-	        {"verify", no_argument, NULL, 'v'},    {"timeout", required_argument, NULL, 't'},
-	        {"quiet", no_argument, NULL, 'q'},     {"help", no_argument, NULL, 'h'},
-	        {"version", no_argument, NULL, 'V'},   {NULL, 0, NULL, 0},
+	        {"all", required_argument, NULL, 'a'},    {"mode", required_argument, NULL, 'm'},
+	        {"verify", no_argument, NULL, 'v'},       {"timeout", required_argument, NULL, 't'},
+	        {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
+	        {"version", no_argument, NULL, 'V'},      {"slice", required_argument, NULL, 's'},
+	        {"device", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
 	};
 	struct placefs_client_error e;
 	const char *all = NULL, *mode = NULL;
@@ -388,6 +517,51 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			cfg.timeout_ns = ms * 1000000ULL;
+			break;
+		}
+		case 's': {
+			unsigned d, r, w;
+			unsigned long long st, ln;
+			int k = -1;
+
+			/* DIM:START:LEN or RANK/WORLD@DIM, decimal, nothing after. */
+			if (sscanf(optarg, "%u/%u@%u%n", &r, &w, &d, &k) == 3 && k > 0 &&
+			    !optarg[k] && !strchr(optarg, '-') && !strchr(optarg, '+') &&
+			    !strchr(optarg, ' ')) {
+				cfg.shard = true;
+				cfg.rank = r;
+				cfg.world = w;
+			} else if (sscanf(optarg, "%u:%llu:%llu%n", &d, &st, &ln, &k) == 3 &&
+			           k > 0 && !optarg[k] && !strchr(optarg, '-') &&
+			           !strchr(optarg, '+')) {
+				cfg.slice_start = st;
+				cfg.slice_len = ln;
+			} else {
+				errorf("--slice must be DIM:START:LEN or RANK/WORLD@DIM, got '%s'",
+				       optarg);
+				return EXIT_USAGE;
+			}
+			if (d > 1) {
+				errorf("--slice: dimension %u (0: rows, 1: columns)", d);
+				return EXIT_USAGE;
+			}
+			cfg.slice = true;
+			cfg.slice_dim = d;
+			break;
+		}
+		case 'd': {
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < -1 || v > 1023) {
+				errorf("--device must be a device number from -1 to 1023, got '%s'",
+				       optarg);
+				return EXIT_USAGE;
+			}
+			cfg.has_device = true;
+			cfg.device = (int32_t)v;
 			break;
 		}
 		case 'h': usage(stdout); return EXIT_OK;

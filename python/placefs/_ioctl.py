@@ -38,6 +38,12 @@ STAGE_BORROW = 0
 STAGE_COPY = 1
 STAGE_READ = 2
 STAGED_PREFETCHED = 0x1
+# stage.flags
+STAGE_SLICE = 0x1  # slice_dim, slice_start, slice_len are valid
+STAGE_DEVICE = 0x2  # device is valid
+# ring_info.flags
+RING_INFO_DEVICE = 0x1  # select is a device (CUDA ordinal, N of host:N)
+RING_INFO_POSITION = 0x2  # select is a position in the mount's device list
 
 # The structs have explicit padding and fixed-width fields only, so native
 # byte order with standard sizes and no automatic alignment ("=") is exactly
@@ -74,6 +80,9 @@ assert struct.calcsize("=IIIiQQQII") == 48  # ring_info.handle
 assert struct.calcsize("=IIIIIIQQ") == 40  # stage.dest_handle
 assert struct.calcsize("=IIIIIIQQ%dsQ" % HANDLE_MAX) == 176  # stage.nbytes
 assert struct.calcsize("=IIIIIIQQ%dsQQQQQQQQ" % HANDLE_MAX) == 232  # stage.out_flags
+assert struct.calcsize("=IIIIIIQQ%dsQQQQQQQQII" % HANDLE_MAX) == 240  # stage.slice_dim
+assert struct.calcsize("=IIIiQQQII%ds" % HANDLE_MAX) == 176  # ring_info.flags
+assert struct.calcsize("=IIIiQQQII%dsIiI" % HANDLE_MAX) == 188  # ring_info.position
 
 
 def _ioc_layout():
@@ -118,7 +127,8 @@ _IOC_ERRORS = {
     _errno.EINVAL: "bad version, size, mode, flags, reserved field or destination",
     _errno.EFBIG: "the tensor is larger than the staging ring (cpu-placed tensors are "
                   "never staged)",
-    _errno.ENODEV: "staging is disabled on this mount (-o device=none)",
+    _errno.ENODEV: "staging is disabled on this mount (-o device=none), or the device "
+                   "named (or the destination's) is not one this mount stages to",
     _errno.EOPNOTSUPP: "this backend cannot serve the destination kind",
     _errno.EACCES: "the destination shared-memory object is not the caller's",
     _errno.ENOENT: "no such lease on this file descriptor, or no such destination shm object",
@@ -149,10 +159,12 @@ class RingInfo:
     """What PLACEFS_IOC_RING_INFO reports about a mount's staging ring."""
 
     __slots__ = ("backend", "device", "ring_bytes", "host_buffer_bytes", "alignment",
-                 "handle_kind", "handle")
+                 "handle_kind", "handle", "ndevices", "position")
 
     def __init__(self, backend, device, ring_bytes, host_buffer_bytes, alignment, handle_kind,
-                 handle):
+                 handle, ndevices=1, position=0):
+        self.ndevices = ndevices  # rings of the mount: 0 (none), 1, or one per device
+        self.position = position  # this ring's position in the mount's device list
         self.backend = backend
         self.device = device
         self.ring_bytes = ring_bytes
@@ -174,19 +186,21 @@ class RingInfo:
 
     def __repr__(self):
         return ("RingInfo(backend=%s, device=%d, ring_bytes=%d, host_buffer_bytes=%d, "
-                "alignment=%d, handle_kind=%d, handle=%d bytes)" % (
+                "alignment=%d, handle_kind=%d, handle=%d bytes, ndevices=%d, position=%d)" % (
                     self.backend_name, self.device, self.ring_bytes, self.host_buffer_bytes,
-                    self.alignment, self.handle_kind, len(self.handle)))
+                    self.alignment, self.handle_kind, len(self.handle), self.ndevices,
+                    self.position))
 
 
 class StageResult:
     """What PLACEFS_IOC_STAGE returned. Times are nanoseconds spent in the daemon."""
 
     __slots__ = ("nbytes", "ring_offset", "lease", "wait_ns", "read_ns", "copy_ns", "total_ns",
-                 "out_flags")
+                 "out_flags", "device")
 
     def __init__(self, nbytes, ring_offset, lease, wait_ns, read_ns, copy_ns, total_ns,
-                 out_flags):
+                 out_flags, device=-1):
+        self.device = device  # the device whose ring served it (copy and borrow)
         self.nbytes = nbytes
         self.ring_offset = ring_offset
         self.lease = lease
@@ -263,10 +277,25 @@ class Destination:
             self.kind, self.handle[:16], self.offset, self.size)
 
 
-def ring_info(fd):
-    """PLACEFS_IOC_RING_INFO on a tensor file descriptor (int or file object)."""
+def ring_info(fd, device=None, position=None):
+    """PLACEFS_IOC_RING_INFO on a tensor file descriptor (int or file object).
+
+    Without arguments: the mount's (first) ring. device=N: the ring of device
+    N (CUDA ordinal, or N of host:N); position=i: the i-th ring of the
+    mount's -o device= list. ENODEV for a ring the mount does not have.
+    """
+    if device is not None and position is not None:
+        raise ValueError("ring_info: device or position, not both")
+    flags, select = 0, 0
+    if device is not None:
+        flags, select = RING_INFO_DEVICE, int(device)
+    elif position is not None:
+        flags, select = RING_INFO_POSITION, int(position)
+    if not -(1 << 31) <= select < (1 << 31):
+        raise ValueError("ring_info: select %d does not fit 32 bits" % select)
     buf = bytearray(RING_INFO_SIZE)
     struct.pack_into("=II", buf, 0, IOC_VERSION, RING_INFO_SIZE)
+    struct.pack_into("=Ii", buf, 176, flags, select)
     _ioctl(fd, IOC_RING_INFO, buf, "ring_info")
     f = struct.unpack(_RING_INFO_FMT, buf)
     (version, size, backend, device, ring_bytes, host_buffer_bytes, alignment, handle_kind,
@@ -279,7 +308,7 @@ def ring_info(fd):
         raise OSError(_errno.EPROTO, "ring_info: handle_bytes %d exceeds %d"
                       % (handle_bytes, HANDLE_MAX))
     return RingInfo(backend, device, ring_bytes, host_buffer_bytes, alignment, handle_kind,
-                    bytes(handle[:handle_bytes]))
+                    bytes(handle[:handle_bytes]), ndevices=f[12], position=f[13])
 
 
 def _mode_number(mode):
@@ -292,7 +321,7 @@ def _mode_number(mode):
     raise ValueError("stage mode must be 'copy', 'borrow' or 'read', got %r" % (mode,))
 
 
-def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage"):
+def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage", slice=None, device=None):
     """PLACEFS_IOC_STAGE on a tensor file descriptor; returns a StageResult.
 
     mode "borrow" (or STAGE_BORROW) leases ring bytes [ring_offset, ring_offset
@@ -300,8 +329,13 @@ def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage"):
     "copy" (STAGE_COPY) writes the tensor to `dest` (a Destination) and holds
     nothing. mode "read" (STAGE_READ) has the daemon's reader threads read
     the tensor from its shard straight into `dest`, a shm Destination, with
-    no ring (any placement; also on a mount without staging). timeout_ns bounds the wait for ring space (0: no limit). Errors
-    are OSError with the ioctl's errno; `what` prefixes their message.
+    no ring (any placement; also on a mount without staging). timeout_ns
+    bounds the wait for ring space (0: no limit). slice=(dim, start, len)
+    stages only elements [start, start + len) of dimension dim (0: rows,
+    1: columns), compacted (copy and borrow; nbytes comes back as the
+    slice's). device=N stages through the ring of device N (needed for a
+    borrow on a mount of several devices). Errors are OSError with the
+    ioctl's errno; `what` prefixes their message.
     """
     m = _mode_number(mode)
     if m in (STAGE_COPY, STAGE_READ):
@@ -317,12 +351,24 @@ def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage"):
         kind, hb, handle, doff, dsize = HANDLE_NONE, 0, b"", 0, 0
     if timeout_ns < 0:
         raise ValueError("%s: timeout_ns must not be negative" % what)
+    flags, sdim, sstart, slen, dev = 0, 0, 0, 0, 0
+    if slice is not None:
+        sdim, sstart, slen = (int(v) for v in slice)
+        if sdim < 0 or sstart < 0 or slen < 0:
+            raise ValueError("%s: slice %r has a negative field" % (what, slice))
+        flags |= STAGE_SLICE
+    if device is not None:
+        dev = int(device)
+        if not -(1 << 31) <= dev < (1 << 31):
+            raise ValueError("%s: device %d does not fit 32 bits" % (what, dev))
+        flags |= STAGE_DEVICE
     buf = bytearray(STAGE_SIZE)
-    struct.pack_into("=IIIIIIQQ%dsQ" % HANDLE_MAX, buf, 0, IOC_VERSION, STAGE_SIZE, m, 0, kind,
-                     hb, doff, dsize, handle, timeout_ns)
+    struct.pack_into("=IIIIIIQQ%dsQ" % HANDLE_MAX, buf, 0, IOC_VERSION, STAGE_SIZE, m, flags,
+                     kind, hb, doff, dsize, handle, timeout_ns)
+    struct.pack_into("=IiQQ", buf, 240, sdim, dev, sstart, slen)
     _ioctl(fd, IOC_STAGE, buf, what)
     f = struct.unpack(_STAGE_FMT, buf)
-    return StageResult(*f[10:18])
+    return StageResult(*f[10:18], device=f[20])
 
 
 def stage_batch(fd, mode, dest, entries, timeout_ns=0, what="batch"):

@@ -19,12 +19,110 @@ import time
 import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from fnmatch import fnmatchcase
 
 from . import _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, _IOC_ERRORS,
                      Destination, stage, stage_batch)
 from ._util import warn_once
-from .mount import Mount, _read_file
+from .mount import Mount, _read_file, shard_slice, slice_nbytes, slice_shape
+
+# Tensor parallelism (shard=(rank, world, dims)): which dimension each weight
+# of a Llama-style checkpoint (Llama, Mistral, Qwen2) is split along. Column-
+# parallel layers (q/k/v, gate/up, the embedding and lm_head, by vocabulary)
+# keep rows (dim 0), row-parallel ones (o_proj, down_proj) keep columns
+# (dim 1); norms and everything unmatched are loaded whole on every rank.
+# Patterns are fnmatch patterns, tried in order; the first match decides.
+LLAMA_TP_DIMS = {
+    "*.self_attn.q_proj.weight": 0, "*.self_attn.k_proj.weight": 0,
+    "*.self_attn.v_proj.weight": 0, "*.self_attn.q_proj.bias": 0,
+    "*.self_attn.k_proj.bias": 0, "*.self_attn.v_proj.bias": 0,
+    "*.self_attn.o_proj.weight": 1,
+    "*.mlp.gate_proj.weight": 0, "*.mlp.up_proj.weight": 0, "*.mlp.down_proj.weight": 1,
+    "*embed_tokens.weight": 0, "lm_head.weight": 0,
+}
+
+
+def shard_dim(name, dims=None):
+    """The dimension tensor `name` is split along for shard=: 0, 1 or None (whole).
+
+    dims: an int (every tensor along that dimension), a dict of fnmatch
+    pattern -> dimension or None (the first matching pattern decides;
+    unmatched: whole), or None for LLAMA_TP_DIMS.
+    """
+    if dims is None:
+        dims = LLAMA_TP_DIMS
+    if isinstance(dims, int):
+        return dims
+    for pat, d in dims.items():
+        if fnmatchcase(name, pat):
+            return d
+    return None
+
+
+def _shard_plan(tensors, shard):
+    """name -> (dim, start, len) for the tensors rank keeps a part of; others whole.
+
+    shard: (rank, world) or (rank, world, dims). A tensor with fewer
+    dimensions than its split dimension is whole (a 1-dimensional bias of a
+    row-parallel layer); one whose dimension world does not divide is
+    OSError(EINVAL): an uneven split is never guessed.
+    """
+    if shard is None:
+        return {}
+    if not isinstance(shard, (tuple, list)) or len(shard) not in (2, 3):
+        raise ValueError("shard must be (rank, world) or (rank, world, dims), got %r"
+                         % (shard,))
+    rank, world = int(shard[0]), int(shard[1])
+    dims = shard[2] if len(shard) == 3 else None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError("shard: rank %d of world %d" % (rank, world))
+    out = {}
+    for t in tensors:
+        d = shard_dim(t.name, dims)
+        if d is None or d >= len(t.shape):
+            continue
+        if d not in (0, 1):
+            raise ValueError("shard: tensor %r: dimension %r (0 or 1 only)" % (t.name, d))
+        if t.shape[d] % world:
+            raise OSError(_errno.EINVAL, "shard: tensor %r: dimension %d of %d does not split "
+                          "evenly in %d ranks" % (t.name, d, t.shape[d], world))
+        if world == 1:
+            continue
+        start, n = shard_slice(t.shape[d], rank, world)
+        out[t.name] = (d, start, n)
+    return out
+
+
+class _ShardView:
+    """A tensor of the plan as one rank sees it: its slice's shape and bytes."""
+
+    def __init__(self, t, sl):
+        self._t = t
+        self.slice = sl
+        self.shape = slice_shape(t.shape, sl[0], sl[2])
+        self.nbytes = slice_nbytes(t.dtype, t.shape, sl[0], sl[2])
+
+    def __getattr__(self, k):
+        return getattr(self._t, k)
+
+
+def _cut_raw(raw, t, sl):
+    """The slice's bytes out of t's whole flat bytes (bytes-like or a uint8 torch tensor)."""
+    dim, start, n = sl
+    if dim == 0:
+        a = slice_nbytes(t.dtype, t.shape, 0, start) if start else 0
+        return raw[a:a + slice_nbytes(t.dtype, t.shape, 0, n)]
+    rows = t.shape[0]
+    if rows == 0:
+        return raw[:0]
+    row = t.nbytes // rows
+    a = (slice_nbytes(t.dtype, t.shape, 1, start) if start else 0) // rows
+    seg = slice_nbytes(t.dtype, t.shape, 1, n) // rows
+    if not isinstance(raw, (bytes, bytearray, memoryview)):  # a torch tensor
+        return raw.view(rows, row)[:, a:a + seg].contiguous().view(-1)
+    mv = memoryview(raw)
+    return b"".join(mv[i * row + a:i * row + a + seg] for i in range(rows))
 
 # safetensors dtype -> numpy dtype name; missing: raw uint8.
 _NUMPY_DTYPES = {
@@ -201,7 +299,9 @@ def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
     request; state["batch"] then turns False) gets single(tensor, offset) per
     tensor. Raises the first entry's error, naming the tensor.
     """
-    if state.get("batch", True) and (len(chunk) > 1 or chunk[0][0].nbytes < BATCH_BELOW):
+    # Batch entries are whole tensors: slices (shard=) go one by one.
+    if state.get("batch", True) and not any(getattr(t, "slice", None) for t, _ in chunk) and \
+            (len(chunk) > 1 or chunk[0][0].nbytes < BATCH_BELOW):
         fd = os.open(chunk[0][0].path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         res = None
         try:
@@ -237,7 +337,10 @@ def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
 
 
 def _move_all(items, dest, mode, timeout_ns, pool, workers, tick, single):
-    """Moves [(tensor, dest_offset)] into dest by STAGE_BATCH requests on pool."""
+    """Moves [(tensor, dest_offset)] into dest by STAGE_BATCH requests on pool.
+
+    Batch entries are whole tensors: slices (shard=) go one by one.
+    """
     state = {}
     _run_all(pool, lambda c: _batch_chunk(c, dest, mode, timeout_ns, tick, single, state),
              _chunks(items, workers))
@@ -302,8 +405,12 @@ class LoadReport:
 class _Loader:
     """One load of a mount: results in checkpoint order plus the raw bytes for --verify."""
 
-    def __init__(self, mountpoint, device, mode, workers, timeout_ns, progress=False):
+    def __init__(self, mountpoint, device, mode, workers, timeout_ns, progress=False,
+                 shard=None):
         self.mount = mountpoint if isinstance(mountpoint, Mount) else Mount(mountpoint)
+        self.shard = _shard_plan(self.mount.tensors, shard)
+        self.rank = int(shard[0]) if shard is not None else None
+        self.ring_device = None  # the ring a mount of several devices stages through
         self.mode = copy_mode_from_env() if mode is None else mode
         if self.mode not in ("copy", "borrow"):
             raise ValueError("mode must be 'copy' or 'borrow', got %r" % (self.mode,))
@@ -408,7 +515,8 @@ class _Loader:
     def _stage_copy_one(self, t, dest):
         fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            r = stage(fd, "copy", dest, self.timeout_ns, what="tensor %r" % t.name)
+            r = stage(fd, "copy", dest, self.timeout_ns, what="tensor %r" % t.name,
+                      slice=getattr(t, "slice", None), device=self.ring_device)
         finally:
             os.close(fd)
         if r.nbytes != t.nbytes:
@@ -461,7 +569,7 @@ class _Loader:
     def _gpu_borrow(self, tensors, pool, device):
         """Borrow mode: lease each tensor, copy it out of the ring, release."""
         torch = self.torch
-        ring = self.mount._ring_map()
+        ring = self.mount._ring_map(self.ring_device)
         to_cuda = ring.kind == "cuda" and torch is not None and self.dev_kind == "cuda"
         if ring.kind == "host" or (ring.kind == "cuda" and not to_cuda):
             offs, total = self._layout(tensors, 64)
@@ -473,7 +581,8 @@ class _Loader:
             t, o = a
             if t.nbytes == 0:
                 return t.name, None
-            with self.mount.borrow(t.name, self.timeout_ns) as b:
+            with self.mount.borrow(t.name, self.timeout_ns, slice=getattr(t, "slice", None),
+                                   device=self.ring_device) as b:
                 self._account(b.result)
                 if to_cuda:
                     # Clone while the lease holds, and wait for the copy: the
@@ -516,6 +625,15 @@ class _Loader:
         gpu = [t for t in m.tensors if t.placement == "gpu"]
         cpu = [t for t in m.tensors if t.placement == "cpu"]
         ri = m.ring_info() if gpu else None
+        if ri is not None and ri.ndevices > 1:
+            # A mount of several rings: this process's device's, or the rank's.
+            if self.dev_kind == "cuda":
+                self.ring_device = self.dev_index
+            elif self.rank is not None:
+                self.ring_device = self.rank
+            else:
+                self.ring_device = ri.device
+            ri = m.ring_info(self.ring_device)
         ring = "unused"
         if ri is not None:
             ring = "%s %d bytes" % (ri.backend_name if ri.backend != BACKEND_CUDA
@@ -549,10 +667,25 @@ class _Loader:
                 os.path.basename(m.mountpoint.rstrip("/")) or "load"
             self.progress = Progress(sum(t.nbytes for t in m.tensors), label=label)
         try:
-            return self._run(m, gpu, cpu, ri, gdev)
+            staged = {t.name for t in gpu if t.name in self.shard and ri.backend != BACKEND_NONE}
+            out = self._run(m, [_ShardView(t, self.shard[t.name]) if t.name in staged else t
+                                for t in gpu], cpu, ri, gdev)
+            return self._cut_whole(m, out, staged)
         finally:
             if self.progress is not None:
                 self.progress.close()
+
+    def _cut_whole(self, m, out, staged):
+        """shard=: the rank's parts of the tensors that were read whole (not staged)."""
+        for t in m.tensors:
+            sl = self.shard.get(t.name)
+            if sl is None or t.name in staged:
+                continue
+            v = _ShardView(t, sl)
+            dev = getattr(out[t.name], "device", "cpu")
+            self._finish(v, _cut_raw(self.raw[t.name], t, sl), str(dev))
+            out[t.name] = self.out[t.name]
+        return out
 
     def _run(self, m, gpu, cpu, ri, gdev):
         t_all = time.perf_counter()
@@ -607,13 +740,14 @@ class _Loader:
         return {t.name: self.out[t.name] for t in m.tensors}
 
 
-def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False):
+def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False,
+         shard=None):
     """Like load_state_dict(), but returns (state_dict, LoadReport).
 
     progress=True draws a progress bar (bytes, rate, ETA) on stderr when it
     is a terminal, nothing otherwise.
     """
-    ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress)
+    ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress, shard)
     try:
         sd = ld.run()
     finally:
@@ -626,7 +760,7 @@ def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=F
 
 
 def load_state_dict(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
-                    progress=False):
+                    progress=False, shard=None):
     """Every tensor of a placefs mount, as a dict name -> tensor in checkpoint order.
 
     cpu-placed tensors land in host memory: the daemon's reader threads read
@@ -641,5 +775,15 @@ def load_state_dict(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
     unset: copy, "0": borrow, anything else: ValueError). Values are torch
     tensors when torch is importable, else PlacedTensor objects. `workers`
     tensors are in flight at once.
+
+    shard=(rank, world, dims): tensor parallelism. Each tensor that dims
+    (see shard_dim(): an int, {fnmatch pattern: dim or None}, or None for
+    LLAMA_TP_DIMS) splits comes back as rank's even part of it, rows
+    [rank * n, (rank + 1) * n) of dim 0 or those columns of dim 1 (n =
+    shape[dim] / world; OSError EINVAL when world does not divide it); the
+    others whole. gpu-placed parts are staged as slices, so only they cross
+    PCIe and take ring space; cpu-placed ones are read whole and cut. On a
+    mount of several devices (-o device=cuda:0,cuda:1,...) the ring is the
+    one of `device` ("cuda:R"), else the rank's (host:R stand-ins).
     """
-    return load(mountpoint, device, mode, workers, timeout_ns, progress)[0]
+    return load(mountpoint, device, mode, workers, timeout_ns, progress, shard)[0]

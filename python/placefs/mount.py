@@ -6,7 +6,11 @@ ring's description once (PLACEFS_IOC_RING_INFO) and maps the ring for borrow
 mode: the host backend's shm object read-only, or the CUDA backend's IPC
 handle through the CUDA runtime (placefs._torch). Mount.borrow(name) stages one
 tensor and returns a Borrowed lease; Mount.stage_into(name, dest) stages one
-in copy mode.
+in copy mode. On a mount of several devices (-o device=cuda:0,cuda:1 or the
+host:N stand-ins) each device has its own ring: ring_info(device=N) and
+borrow(..., device=N) pick it. slice=(dim, start, len) stages part of a
+tensor (rows of dim 0 or columns of dim 1); shard_slice() and slice_nbytes()
+are the arithmetic of an even tensor-parallel split.
 """
 
 import errno as _errno
@@ -18,6 +22,50 @@ from . import _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, CUDA_IPC_HANDLE_BYTES,
                      HANDLE_CUDA_IPC, HANDLE_NONE, RingInfo, release, ring_info, stage)
 from .plan import Plan
+
+# Bits per element of the dtypes whose elements are not whole bytes.
+_SUBBYTE_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+                "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1,
+                "BOOL": 1, "C64": 8}
+
+
+def shard_slice(size, rank, world):
+    """(start, len) of rank's part of a dimension of `size` split evenly in `world`.
+
+    ValueError (EINVAL in spirit) when world does not divide size, rank is
+    out of range or world is not positive: an uneven split is never guessed.
+    """
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError("shard: rank %d of world %d" % (rank, world))
+    if size % world:
+        raise ValueError("shard: dimension of %d does not split evenly in %d" % (size, world))
+    n = size // world
+    return rank * n, n
+
+
+def slice_shape(shape, dim, length):
+    """The shape of a slice of `length` elements of dimension dim."""
+    if dim not in (0, 1) or dim >= len(shape):
+        raise ValueError("slice: dimension %d of a %d-dimensional tensor" % (dim, len(shape)))
+    out = list(shape)
+    out[dim] = length
+    return tuple(out)
+
+
+def slice_nbytes(dtype, shape, dim, length):
+    """Bytes of a slice (its elements times the dtype's size; sub-byte dtypes exact)."""
+    n = 1
+    for d in slice_shape(shape, dim, length):
+        n *= d
+    if dtype in _SUBBYTE_BITS:
+        bits = n * _SUBBYTE_BITS[dtype]
+        if bits % 8:
+            raise ValueError("slice: %d elements of %s are not whole bytes" % (n, dtype))
+        return bits // 8
+    if dtype not in _DTYPE_BYTES:
+        raise ValueError("slice: unknown dtype %r" % (dtype,))
+    return n * _DTYPE_BYTES[dtype]
 
 def _read_exact_into(f, mv, what):
     """Fills memoryview mv from file f; raises OSError(EIO) on a short file."""
@@ -47,8 +95,9 @@ class Borrowed:
     None (CUDA without torch: use copy_to()).
     """
 
-    def __init__(self, mount, tensor, fd, result, view):
+    def __init__(self, mount, tensor, fd, result, view, ring=None):
         self.mount = mount
+        self.ring = ring  # the _RingMap the bytes are in (None: the mount's first)
         self.tensor = tensor
         self.fd = fd
         self.result = result
@@ -82,7 +131,7 @@ class Borrowed:
         if len(mv) < n:
             raise ValueError("%s: destination holds %d bytes, the tensor %d"
                              % (self.tensor.name, len(mv), n))
-        ring = self.mount._ring_map()
+        ring = self.ring if self.ring is not None else self.mount._ring_map()
         if ring.kind == "host":
             mv[:n] = ring.mem[self.ring_offset:self.ring_offset + n]
         else:
@@ -181,8 +230,8 @@ class Mount:
         self.ring_bytes = plan.ring_bytes
         self.tensors = plan.tensors
         self._by_name = plan.by_name
-        self._ring_info = None
-        self._ring = None
+        self._ring_info = {}  # device (None: the first ring) -> RingInfo
+        self._ring = {}  # device -> _RingMap
         self._lock = threading.Lock()
 
     def __repr__(self):
@@ -197,9 +246,9 @@ class Mount:
     def close(self):
         """Unmaps the ring if this object mapped it (borrow mode)."""
         with self._lock:
-            if self._ring is not None:
-                self._ring.close()
-                self._ring = None
+            for r in self._ring.values():
+                r.close()
+            self._ring = {}
 
     def tensor(self, name):
         try:
@@ -216,60 +265,87 @@ class Mount:
         """An O_RDONLY descriptor of a tensor's file (the caller closes it)."""
         return os.open(self.path(name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
-    def ring_info(self):
-        """The ring (cached), asked through the first tensor file; None without tensors."""
-        if self._ring_info is None:
+    def ring_info(self, device=None):
+        """A ring (cached), asked through the first tensor file; None without tensors.
+
+        device None: the mount's first ring; else the ring of that device
+        (CUDA ordinal, N of host:N), OSError(ENODEV) when the mount has none.
+        """
+        if device not in self._ring_info:
             if not self.tensors:
                 return None
             t = next((x for x in self.tensors if x.placement == "gpu"), self.tensors[0])
             fd = self.open(t.name)
             try:
-                self._ring_info = ring_info(fd)
+                self._ring_info[device] = ring_info(fd, device=device)
             except OSError as e:
-                if e.errno != _errno.ENODEV:
+                if e.errno != _errno.ENODEV or device is not None:
                     raise
                 # A daemon may answer "staging disabled" to ring_info too.
-                self._ring_info = RingInfo(BACKEND_NONE, -1, 0, 0, 0, HANDLE_NONE, b"")
+                self._ring_info[device] = RingInfo(BACKEND_NONE, -1, 0, 0, 0, HANDLE_NONE, b"",
+                                                   ndevices=0)
             finally:
                 os.close(fd)
-        return self._ring_info
+        return self._ring_info[device]
 
-    def _ring_map(self):
+    @property
+    def ndevices(self):
+        """The rings of the mount: 0 without staging, 1, or one per -o device= item."""
+        info = self.ring_info()
+        return info.ndevices if info is not None else 0
+
+    def _ring_map(self, device=None):
         with self._lock:
-            if self._ring is None:
-                self._ring = _RingMap(self.ring_info())
-            return self._ring
+            if device not in self._ring:
+                self._ring[device] = _RingMap(self.ring_info(device))
+            return self._ring[device]
 
-    def stage_into(self, name, dest, timeout_ns=0):
-        """Copy mode: stages one gpu-placed tensor into dest; returns the StageResult."""
+    def _slice_bytes(self, t, slice):
+        if slice is None:
+            return t.nbytes
+        dim, _start, length = slice
+        return slice_nbytes(t.dtype, t.shape, dim, length)
+
+    def stage_into(self, name, dest, timeout_ns=0, slice=None, device=None):
+        """Copy mode: stages one gpu-placed tensor (or its slice) into dest.
+
+        Returns the StageResult (its nbytes: the slice's, its device: the
+        ring's). device=None: the mount's only device, or the one a CUDA IPC
+        destination lives on.
+        """
         t = self.tensor(name)
         self._check_gpu(t)
         fd = self.open(name)
         try:
-            return stage(fd, "copy", dest, timeout_ns, what="tensor %r" % t.name)
+            return stage(fd, "copy", dest, timeout_ns, what="tensor %r" % t.name, slice=slice,
+                         device=device)
         finally:
             os.close(fd)
 
-    def borrow(self, name, timeout_ns=0):
+    def borrow(self, name, timeout_ns=0, slice=None, device=None):
         """Borrow mode: stages one gpu-placed tensor and returns a Borrowed lease.
 
         Use it as a context manager so the lease ends when the block does:
         the ring space stays taken (and later stages wait) until then.
+        slice=(dim, start, len): only that part, compacted. device=N: the
+        ring of device N, which a mount of several devices needs.
         """
         t = self.tensor(name)
         self._check_gpu(t)
-        ring = self._ring_map()
+        want = self._slice_bytes(t, slice)
+        ring = self._ring_map(device)
         fd = self.open(name)
         try:
-            r = stage(fd, "borrow", None, timeout_ns, what="tensor %r" % t.name)
+            r = stage(fd, "borrow", None, timeout_ns, what="tensor %r" % t.name, slice=slice,
+                      device=device)
         except BaseException:
             os.close(fd)
             raise
         try:
-            if r.nbytes != t.nbytes or r.ring_offset + r.nbytes > ring.info.ring_bytes:
+            if r.nbytes != want or r.ring_offset + r.nbytes > ring.info.ring_bytes:
                 raise OSError(_errno.EPROTO, "tensor %r: the daemon staged %d bytes at ring "
                               "offset %d; the plan says %d bytes, the ring has %d"
-                              % (t.name, r.nbytes, r.ring_offset, t.nbytes,
+                              % (t.name, r.nbytes, r.ring_offset, want,
                                  ring.info.ring_bytes))
             view = None
             if ring.kind == "host":
@@ -278,7 +354,7 @@ class Mount:
                 torch = _torch.get()
                 if torch is not None:
                     view = _torch.cuda_view(torch, ring, r.ring_offset, r.nbytes)
-            return Borrowed(self, t, fd, r, view)
+            return Borrowed(self, t, fd, r, view, ring)
         except BaseException:
             try:
                 release(fd, r.lease)

@@ -33,8 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import _torch
 from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
-from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _parse_device, _read_into,
-                     _ShmDest, _source_order, copy_mode_from_env)
+from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _cut_raw, _parse_device,
+                     _read_into, _shard_plan, _ShardView, _ShmDest, _source_order,
+                     copy_mode_from_env)
 from .mount import Mount
 
 DEFAULT_WINDOW = 2 << 30
@@ -76,9 +77,12 @@ class _Batch:
 
 
 class _Stream:
-    def __init__(self, mountpoint, device, mode, workers, timeout_ns, window_bytes, progress):
+    def __init__(self, mountpoint, device, mode, workers, timeout_ns, window_bytes, progress,
+                 shard=None):
         self.own_mount = not isinstance(mountpoint, Mount)
         self.mount = Mount(mountpoint) if self.own_mount else mountpoint
+        self.shard = _shard_plan(self.mount.tensors, shard)
+        self.ring_device = None
         self.mode = copy_mode_from_env() if mode is None else mode
         if self.mode not in ("copy", "borrow"):
             raise ValueError("mode must be 'copy' or 'borrow', got %r" % (self.mode,))
@@ -99,6 +103,20 @@ class _Stream:
         ri = self.mount.ring_info() if any(
             t.placement == "gpu" for t in self.mount.tensors) else None
         self.staged = ri is not None and ri.backend != BACKEND_NONE
+        if ri is not None and ri.ndevices > 1:
+            # A mount of several rings: this process's device's, or the rank's.
+            if self.dev_kind == "cuda":
+                self.ring_device = self.dev_index
+            elif shard is not None:
+                self.ring_device = int(shard[0])
+            else:
+                self.ring_device = ri.device
+            ri = self.mount.ring_info(self.ring_device)
+        # What the consumer gets: gpu-placed parts are staged as slices, the
+        # other parts (cpu-placed, or no staging) are read whole and cut.
+        self.items = [_ShardView(t, self.shard[t.name])
+                      if t.name in self.shard and t.placement == "gpu" and self.staged else t
+                      for t in self.mount.tensors]
         if self.dev_kind == "auto":
             if ri is not None and ri.backend == BACKEND_CUDA and self.torch is not None and \
                     self.torch.cuda.is_available():
@@ -117,6 +135,13 @@ class _Stream:
 
     def _result(self, t, raw, device):
         torch = self.torch
+        sl = self.shard.get(t.name)
+        if sl is not None and getattr(t, "slice", None) is None:
+            # Read whole: the rank's part is cut out here.
+            raw = _cut_raw(raw, t, sl)
+            t = _ShardView(t, sl)
+            if torch is None:
+                raw = bytes(raw)
         if torch is None:
             return PlacedTensor(t.name, t.dtype, t.shape, t.placement, device, raw)
         if not isinstance(raw, torch.Tensor):
@@ -142,7 +167,7 @@ class _Stream:
         # while a large cpu-placed tensor before them is still being read.
         cap = max(1, self.window // 4)
         cur, kind, size = [], None, 0
-        for t in self.mount.tensors:
+        for t in self.items:
             k = self._kind(t)
             if cur and (k != kind or size + t.nbytes > cap):
                 yield _Batch(kind, cur)
@@ -156,7 +181,8 @@ class _Stream:
     def _stage_one(self, t, dest, how):
         fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            r = stage(fd, how, dest, self.timeout_ns, what="tensor %r" % t.name)
+            r = stage(fd, how, dest, self.timeout_ns, what="tensor %r" % t.name,
+                      slice=getattr(t, "slice", None), device=self.ring_device)
         finally:
             os.close(fd)
         if r.nbytes != t.nbytes:
@@ -271,7 +297,7 @@ class _Stream:
             # One lease ahead, in checkpoint order: the ring never holds more than
             # the consumer's tensor and the next.
             try:
-                for t in m.tensors:
+                for t in self.items:
                     with lock:
                         while len(q) >= 2 and not state["stop"]:
                             lock.wait()
@@ -279,7 +305,9 @@ class _Stream:
                             return
                     if t.placement == "gpu" and self.staged and t.nbytes:
                         try:
-                            item = ("lease", t, m.borrow(t.name, self.timeout_ns))
+                            item = ("lease", t, m.borrow(t.name, self.timeout_ns,
+                                                         slice=getattr(t, "slice", None),
+                                                         device=self.ring_device))
                         except BaseException as e:  # noqa: BLE001 - handed to the consumer
                             item = ("error", t, e)
                     else:
@@ -318,7 +346,8 @@ class _Stream:
                     if v is None:
                         raise RuntimeError("tensor %r: borrowing from a CUDA ring needs torch"
                                            % t.name)
-                    dev = "cuda:%d" % m.ring_info().device if self.cuda_ring else "cpu"
+                    dev = "cuda:%d" % m.ring_info(self.ring_device).device if self.cuda_ring \
+                        else "cpu"
                     if self.torch is None:
                         yield t.name, PlacedTensor(t.name, t.dtype, t.shape, t.placement, dev, v)
                     else:
@@ -361,7 +390,7 @@ class _Stream:
 
 
 def iter_weights(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
-                 window_bytes=None, progress=False):
+                 window_bytes=None, progress=False, shard=None):
     """Yields (name, tensor) for every tensor of a mount, in checkpoint order.
 
     device: None/"auto" (the mount's own staging device: the GPU of its CUDA
@@ -371,7 +400,10 @@ def iter_weights(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
     gpu-placed tensor is a view of the ring, valid until the next item is
     asked for). window_bytes (default 2 GiB) bounds what is in flight ahead
     of the consumer. progress=True draws a bar on a terminal's stderr.
-    Without torch the values are PlacedTensor objects.
+    Without torch the values are PlacedTensor objects. shard=(rank, world,
+    dims): each rank's part of the tensors dims splits, as load_state_dict's
+    shard= (gpu-placed parts staged as slices; on a mount of several devices
+    through the ring of `device`, else the rank's).
     """
     return _Stream(mountpoint, device, mode, workers, timeout_ns, window_bytes,
-                   progress).run()
+                   progress, shard).run()
