@@ -16,6 +16,7 @@
 #include "backend_i.h"
 #include "fill.h"
 #include "io.h"
+#include "size.h"
 
 /* At most this many imported destinations stay cached; the oldest idle one goes first. */
 #define DEST_CACHE_MAX 64
@@ -48,13 +49,52 @@ int placefs_backend_cuda_devices(struct placefs_error *err)
 #endif
 }
 
+/*
+ * The bounce chunk size: $PLACEFS_CHUNK_BYTES when set (a size, a multiple
+ * of 4 KiB within [PLACEFS_CHUNK_MIN, PLACEFS_CHUNK_MAX] and at most
+ * host_buffer), else the policy of backend.h.
+ */
+static int chunk_size(uint64_t host_buffer, const char *spec, uint64_t *out,
+                      struct placefs_error *err)
+{
+	const char *env = getenv("PLACEFS_CHUNK_BYTES");
+	uint64_t chunk;
+	int rc;
+
+	if (env && *env) {
+		rc = placefs_size_parse(env, "$PLACEFS_CHUNK_BYTES", &chunk, err);
+		if (rc != 0)
+			return rc;
+		if (chunk < PLACEFS_CHUNK_MIN || chunk > PLACEFS_CHUNK_MAX ||
+		    chunk % PLACEFS_CHUNK_MIN != 0 || chunk > host_buffer)
+			return placefs_error_set(
+			        err, -EINVAL, PLACEFS_E_USAGE,
+			        "%s: $PLACEFS_CHUNK_BYTES=%llu must be a multiple of %llu within "
+			        "%llu..%llu bytes and at most host_buffer (%llu)",
+			        spec, (unsigned long long)chunk,
+			        (unsigned long long)PLACEFS_CHUNK_MIN,
+			        (unsigned long long)PLACEFS_CHUNK_MIN,
+			        (unsigned long long)PLACEFS_CHUNK_MAX,
+			        (unsigned long long)host_buffer);
+		*out = chunk;
+		return 0;
+	}
+	chunk = host_buffer / PLACEFS_CHUNK_TARGET_COUNT / PLACEFS_CHUNK_MIN * PLACEFS_CHUNK_MIN;
+	if (chunk < PLACEFS_CHUNK_MIN)
+		chunk = PLACEFS_CHUNK_MIN;
+	if (chunk > PLACEFS_CHUNK_MAX)
+		chunk = PLACEFS_CHUNK_MAX;
+	*out = chunk;
+	return 0;
+}
+
 int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint64_t host_buffer,
                            struct placefs_backend **out, struct placefs_error *err)
 {
 	const struct placefs_backend_ops *ops = NULL;
 	struct placefs_backend *be;
 	char spec[PLACEFS_DEVICE_NAME_MAX];
-	uint64_t chunk, n;
+	uint64_t chunk = 0, n;
 	int rc;
 
 	*out = NULL;
@@ -87,11 +127,9 @@ int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint6
 #endif
 	}
 
-	chunk = host_buffer / PLACEFS_CHUNK_TARGET_COUNT / PLACEFS_CHUNK_MIN * PLACEFS_CHUNK_MIN;
-	if (chunk < PLACEFS_CHUNK_MIN)
-		chunk = PLACEFS_CHUNK_MIN;
-	if (chunk > PLACEFS_CHUNK_MAX)
-		chunk = PLACEFS_CHUNK_MAX;
+	rc = chunk_size(host_buffer, spec, &chunk, err);
+	if (rc != 0)
+		return rc;
 	n = host_buffer / chunk;
 
 	be = calloc(1, sizeof(*be));

@@ -48,14 +48,17 @@
 #define PLACEFS_HOST_BUFFER_MIN     (8ULL << 10)
 #define PLACEFS_HOST_BUFFER_MAX     (4ULL << 30)
 /*
- * Chunk policy: host_buffer / 16 rounded down to 4 KiB, clamped to
- * [4 KiB, 16 MiB]; as many whole chunks as fit. 64 MiB gives 16 chunks of
- * 4 MiB (one or two per I/O thread: 14 threads on 16 cores); 1 GiB gives 64
- * chunks of 16 MiB. On an H200, fresh mount, the bounce path was fastest with
- * the 64 MiB default: 16 MiB chunks were slower even two per thread
- * (doc/PERFORMANCE.md section 0).
+ * Chunk policy: host_buffer / 32 rounded down to 4 KiB, clamped to
+ * [4 KiB, 16 MiB]; as many whole chunks as fit ($PLACEFS_CHUNK_BYTES, a size
+ * within those bounds and at most host_buffer, overrides it). 64 MiB gives
+ * 32 chunks of 2 MiB (two or three per I/O thread: 14 threads on 16 cores);
+ * 1 GiB gives 64 chunks of 16 MiB. On an H200, fresh mount, the bounce path
+ * was fastest with 2 MiB chunks: each thread double-buffers, and the bytes
+ * between the CPU's copy and the DMA that reads them back stay few (1 MiB
+ * and below cost more per chunk; 4 MiB, one per thread, and 16 MiB were
+ * slower; doc/PERFORMANCE.md section 0).
  */
-#define PLACEFS_CHUNK_TARGET_COUNT 16
+#define PLACEFS_CHUNK_TARGET_COUNT 32
 #define PLACEFS_CHUNK_MIN          (4ULL << 10)
 #define PLACEFS_CHUNK_MAX          (16ULL << 20)
 

@@ -140,11 +140,11 @@ START_TEST(test_host_info_and_chunks)
 	ck_assert_int_eq(fd, -1);
 	ck_assert_int_eq(errno, ENOENT);
 
-	/* Chunk policy: host_buffer / 16, 4 KiB multiples, whole chunks only. */
+	/* Chunk policy: host_buffer / 32, 4 KiB multiples, whole chunks only. */
 	be = mk("host", 4096, 0);
 	placefs_backend_get_info(be, &info);
-	ck_assert_uint_eq(info.chunk_bytes, 4 << 20);
-	ck_assert_uint_eq(info.nchunks, 16);
+	ck_assert_uint_eq(info.chunk_bytes, 2 << 20);
+	ck_assert_uint_eq(info.nchunks, 32);
 	ck_assert_uint_eq(info.host_buffer_bytes, PLACEFS_HOST_BUFFER_DEFAULT);
 	placefs_backend_free(be);
 	be = mk("host", 4096, 100 << 10);
@@ -163,6 +163,30 @@ START_TEST(test_host_info_and_chunks)
 	ck_assert_uint_eq(info.nchunks, 37);
 	ck_assert_uint_le(info.host_buffer_bytes, 600ULL << 20);
 	placefs_backend_free(be);
+	/* $PLACEFS_CHUNK_BYTES overrides the policy, within its bounds. */
+	setenv("PLACEFS_CHUNK_BYTES", "1M", 1);
+	be = mk("host", 4096, 0);
+	placefs_backend_get_info(be, &info);
+	ck_assert_uint_eq(info.chunk_bytes, 1 << 20);
+	ck_assert_uint_eq(info.nchunks, 64);
+	placefs_backend_free(be);
+	{
+		static const char *const bad[] = {"3000", "32M", "1M", "lots", "6K"};
+		static const uint64_t hb[] = {0, 0, 512 << 10, 0, 0};
+		struct placefs_error err;
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			setenv("PLACEFS_CHUNK_BYTES", bad[i], 1);
+			be = NULL;
+			placefs_error_clear(&err);
+			ck_assert_int_eq(
+			        placefs_backend_create(tu_device("host"), 4096, hb[i], &be, &err),
+			        -EINVAL);
+			ck_assert_ptr_null(be);
+			ck_assert_msg(strstr(err.msg, "PLACEFS_CHUNK_BYTES") != NULL, "%s",
+			              err.msg);
+		}
+	}
+	unsetenv("PLACEFS_CHUNK_BYTES");
 }
 END_TEST
 
@@ -523,7 +547,7 @@ START_TEST(test_host_dest_shrunk_while_copying)
 	 * and this process (the daemon's part) never dies of SIGBUS.
 	 */
 	const uint64_t size = 4 << 20;
-	struct placefs_backend *be = mk("host", size, 1 << 20);
+	struct placefs_backend *be = mk("host", size, 2 << 20);
 	struct shrinker sh = {.size = size};
 	struct placefs_error err;
 	struct placefs_dest d;

@@ -39,7 +39,7 @@ MP=$TMP/mnt
 tmo 20 "$MKCKPT" -q --seed 7 --tensor 'small:F32:262144' --tensor 'large:F32:2359296' \
 	seed.safetensors || fail "mkckpt seed"
 mount_fs seed.safetensors "$MP" -o buffer_size=8388608,device=host
-grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 8388608 bytes \(8 MiB, one allocation\), host buffer 67108864 bytes \(64 MiB: 16 chunks of 4 MiB\), prefetch on, zero-copy off$' \
+grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 8388608 bytes \(8 MiB, one allocation\), host buffer 67108864 bytes \(64 MiB: 32 chunks of 2 MiB\), prefetch on, zero-copy off$' \
 	"$MOUNT_LOG" || fail "no staging line in the log"
 # .placefs/plan is placefs-plan's text plus one staging line; plan.json is untouched.
 tmo 20 "$PLAN" --buffer-size 8388608 seed.safetensors >plan.txt || fail "placefs-plan"
@@ -316,7 +316,7 @@ umount_fs "$MP"
 
 # Two workers: stages beyond one waiting worker run on threads of their own.
 mount_fs multi "$MP" -o buffer_size=2M,device=host,host_buffer=256K,max_threads=2,noprefetch
-grep -q 'host buffer 262144 bytes (256 KiB: 16 chunks of 16 KiB), prefetch off, zero-copy off$' "$MOUNT_LOG" ||
+grep -q 'host buffer 262144 bytes (256 KiB: 32 chunks of 8 KiB), prefetch off, zero-copy off$' "$MOUNT_LOG" ||
 	fail "-o host_buffer=256K,noprefetch not in the log"
 pids=""
 for k in 1 2 3 4; do

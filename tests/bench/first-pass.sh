@@ -25,25 +25,28 @@
 # The pinned host-to-device ceiling (tests/bench/gpu-ref.py) is measured in
 # the same run; every GB/s is printed with its ratio to it.
 #
-#   tests/bench/first-pass.sh [--llama L:H:I:V] [--configs "LIMIT:ZC:HB ..."]
-#                             [--loader "LIMIT:ZC:HB ..."] [--verify all|first|none]
+#   tests/bench/first-pass.sh [--llama L:H:I:V | --moe L:H:E:I:V] [--configs "LIMIT:ZC:HB ..."]
+#                             [--loader "LIMIT:ZC:HB[:THREADS[:ENV]] ..."] [--verify all|first|none]
 #
 # Default checkpoint: Llama-3-8B shapes as placefs-mkckpt writes them
-# (32:4096:14336:128256, bf16, 4 shards, index; 17.67 GB) in /dev/shm.
+# (32:4096:14336:128256, bf16, 4 shards, index; 17.67 GB) in /dev/shm; --moe
+# gives a mixture-of-experts checkpoint (placefs-mkckpt --moe, 8 shards, index).
 # Results: stdout and ${OUT:-/tmp}/first-pass.txt; the stats of every mount
 # in ${OUT:-/tmp}/first-pass-stats.txt.
 . "$(dirname "$0")/common.sh"
 llama=32:4096:14336:128256
+moe=
 configs="512MiB:-:64M 512MiB:1:64M 512MiB:0:128M 512MiB:0:256M 512MiB:0:1G 512MiB:-:64M:8 none:-:64M none:1:64M 128MiB:-:64M"
 loader="512MiB:-:64M 512MiB:1:64M"
 verify=first
 while [ $# -gt 0 ]; do
 	case $1 in
 	--llama) llama=$2; shift ;;
+	--moe) moe=$2; shift ;;
 	--configs) configs=$2; shift ;;
 	--loader) loader=$2; shift ;;
 	--verify) verify=$2; shift ;;
-	*) echo "usage: $0 [--llama L:H:I:V] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--llama L:H:I:V | --moe L:H:E:I:V] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -87,10 +90,18 @@ src=$bench_work/ckpt
 mnt=$bench_work/mnt
 bench_mounts=$mnt
 unset INSTANTTENSOR_BUFFER_SIZE
-"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
+if [ -n "$moe" ]; then
+	"$MKCKPT" --quiet --moe "$moe" --shards 8 --index "$src"
+else
+	"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
+fi
 total=$(du -sb "$src" | cut -f1)
 say "first-pass bench: $(nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader 2>/dev/null || echo no GPU), $(nproc) cpus"
-say "checkpoint: --llama $llama, 4 shards, $total bytes in /dev/shm"
+if [ -n "$moe" ]; then
+	say "checkpoint: --moe $moe, 8 shards, $total bytes in /dev/shm"
+else
+	say "checkpoint: --llama $llama, 4 shards, $total bytes in /dev/shm"
+fi
 # BENCH_DEVICE=host (a dry run of the script without a GPU) skips torch.
 ceil="gbps=0 (no ceiling: BENCH_DEVICE=${BENCH_DEVICE:-})"
 [ "${BENCH_DEVICE:-cuda:0}" = host ] || ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
@@ -182,19 +193,28 @@ for c in $loader; do
 	limit=$(printf '%s' "$c" | cut -d: -f1)
 	zc=$(printf '%s' "$c" | cut -d: -f2)
 	hb=$(printf '%s' "$c" | cut -d: -f3)
+	thr=$(printf '%s' "$c" | cut -d: -f4)
+	cenv=$(printf '%s' "$c" | cut -d: -f5)
 	opts=$(mount_opts "$limit" "$zc" "$hb")
 	mkdir -p "$mnt"
-	lines=$(PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$top/tests/bench/oneshot.py" \
-		"$PLACEFS" "$opts" "$src" "$mnt" --what "${ONESHOT:-load,iter,cpu}") ||
-		{ echo "bench: oneshot.py failed for $c" >&2; exit 1; }
+	lines=$(
+		if [ -n "$thr" ] && [ "$thr" != 0 ]; then
+			export PLACEFS_STAGE_IO_THREADS="$thr"
+		fi
+		if [ -n "$cenv" ]; then
+			export "${cenv?}"
+		fi
+		PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$top/tests/bench/oneshot.py" \
+			"$PLACEFS" "$opts" "$src" "$mnt" --what "${ONESHOT:-load,iter,cpu}"
+	) || { echo "bench: oneshot.py failed for $c" >&2; exit 1; }
 	printf '%s\n' "$lines" | while IFS= read -r l; do say "loader $c: $l"; done
-	line=$(printf '%s\n' "$lines" | grep '^load:')
-	iline=$(printf '%s\n' "$lines" | grep '^iter:')
-	cline=$(printf '%s\n' "$lines" | grep '^cpu:')
+	line=$(printf '%s\n' "$lines" | grep '^load:' || true)
+	iline=$(printf '%s\n' "$lines" | grep '^iter:' || true)
+	cline=$(printf '%s\n' "$lines" | grep '^cpu:' || true)
 	ig=$(printf '%s\n' "$iline" | gbps_of)
 	cr=$(printf '%s\n' "$cline" | sed -n 's/.* \([0-9.]*\) x the reference.*/\1/p')
 	lg=$(printf '%s\n' "$line" | gbps_of)
-	printf '%s|%s|%s|%s|%s|%s\n' "$limit" "$zc" "$hb" "$lg" "${ig:--}" "${cr:--}" >>"$bench_work/lrows"
+	printf '%s|%s|%s|%s|%s|%s\n' "$limit" "$zc" "$hb${thr:+:$thr}${cenv:+:$cenv}" "$lg" "${ig:--}" "${cr:--}" >>"$bench_work/lrows"
 done
 
 say ""

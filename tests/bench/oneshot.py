@@ -62,9 +62,20 @@ def shard_ranges(src, names):
     return [out[k] for k in names]
 
 
-def pread_reference(ranges, threads=8, piece=8 << 20):
+def pread_reference(ranges, threads=8, piece=8 << 20, huge=False, touched=False):
+    """Parallel pread() of (path, offset, nbytes) ranges into one fresh buffer.
+
+    huge: the buffer is madvise(MADV_HUGEPAGE)d first (transparent huge pages
+    where the system allows them). touched: every page of the buffer is
+    written before the clock starts (memory the process already had: what the
+    copy costs without the first touch of fresh pages)."""
     total = sum(r[2] for r in ranges)
     buf = mmap.mmap(-1, max(total, 1))
+    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    if touched:
+        for k in range(0, len(buf), 4096):
+            buf[k] = 1
     mv = memoryview(buf)
     work, pos = [], 0
     for p, off, n in ranges:
@@ -160,6 +171,31 @@ def main():
             ranges = shard_ranges(src, [t.name for t in cpu])
             total, dt = pread_reference(ranges)
             ref = total / dt / 1e9
+            if os.environ.get("ONESHOT_CPU_VARIANTS"):
+                # What bounds the cpu part: the same parallel pread into huge
+                # pages, and O_DIRECT reads of the mount's tensor files (the
+                # daemon's FUSE replies straight into the reader's pages).
+                _, dth = pread_reference(ranges, huge=True)
+                _, dtw = pread_reference(ranges, touched=True)
+                print("cpu-variant: parallel pread of the shards into memory touched before: "
+                      "%.2f GB/s" % (total / dtw / 1e9))
+                for huge in (False, True):
+                    t1, mt = mount(placefs_bin, opts, src, mnt)
+                    m = placefs.Mount(mnt)
+                    fr = [(t.path, 0, t.nbytes) for t in m.tensors
+                          if t.placement == "cpu" and t.nbytes]
+                    m.close()
+                    real_open = os.open
+                    os.open = lambda p, fl, *a: real_open(p, fl | os.O_DIRECT, *a)
+                    try:
+                        _, dtd = pread_reference(fr, huge=huge)
+                    finally:
+                        os.open = real_open
+                    umount(mnt)
+                    print("cpu-variant: O_DIRECT reads of the mount's files into %s pages: "
+                          "%.2f GB/s" % ("huge" if huge else "4 KiB", total / dtd / 1e9))
+                print("cpu-variant: parallel pread of the shards into huge pages: %.2f GB/s; "
+                      "into 4 KiB pages %.2f GB/s" % (total / dth / 1e9, ref))
             t1, mt = mount(placefs_bin, opts, src, mnt)
             ld = placefs.loader._Loader(mnt, "cpu", "copy", 4, 0)
             from concurrent.futures import ThreadPoolExecutor
