@@ -7,7 +7,9 @@
 # (errors, the daemon stays up, bytes exact afterwards); eight concurrent
 # callers into one object; the stats; load_state_dict bringing cpu-placed
 # tensors by STAGE_READ, and iter_weights equal to it (copy and borrow, small
-# windows, an early stop that leaves no lease or shm object behind);
+# windows, an early stop that leaves no lease or shm object behind), its
+# contract (copy: owned items, no more than the window in flight; borrow: one
+# lease ahead of the consumer's, two at most);
 # PLACEFS_IOC_STAGE_BATCH (read and copy batches exact, per-entry EFBIG,
 # ERANGE and EINVAL beside entries that land, malformed requests EINVAL,
 # ENODEV for copy without staging); a small mixture of experts whose
@@ -43,6 +45,8 @@ for dev in host none; do
 	note "$dev: $out"
 	out=$(tmo 60 $T batch "$MP" ck.safetensors) || fail "batch ($dev): $out"
 	note "$dev: $out"
+	out=$(tmo 60 $T stream "$MP" ck.safetensors) || fail "stream ($dev): $out"
+	note "$dev: $out"
 	if [ $dev = host ]; then
 		out=$(tmo 30 $T ring "$MP" ck.safetensors) || fail "ring: $out"
 		note "$out"
@@ -60,6 +64,8 @@ tmo 20 "$MKCKPT" -q --moe 4:64:80:32:100 --shards 2 --index moe || fail "mkckpt 
 for dev in host none; do
 	mount_fs moe "$MP" -o buffer_size=1048576,device=$dev
 	out=$(tmo 60 $T runs "$MP" moe) || fail "runs ($dev): $out"
+	note "$dev: $out"
+	out=$(tmo 60 $T stream "$MP" moe) || fail "stream ($dev): $out"
 	note "$dev: $out"
 	umount_fs "$MP"
 done

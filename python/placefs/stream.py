@@ -256,18 +256,19 @@ class _Stream:
     def _copy(self):
         pending = deque()
         batches = self._batches()
+        nxt = next(batches, None)
         ahead = 0
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             try:
                 while True:
-                    # Keep at most `window` bytes being filled ahead of the consumer.
-                    while ahead < self.window:
-                        b = next(batches, None)
-                        if b is None:
-                            break
-                        self._start(b, pool)
-                        pending.append(b)
-                        ahead += b.nbytes
+                    # Keep at most `window` bytes being filled ahead of the consumer: a
+                    # batch starts when it fits beside those in flight, or alone.
+                    while nxt is not None and (not pending or
+                                               ahead + nxt.nbytes <= self.window):
+                        self._start(nxt, pool)
+                        pending.append(nxt)
+                        ahead += nxt.nbytes
+                        nxt = next(batches, None)
                     if not pending:
                         return
                     b = pending.popleft()
@@ -295,11 +296,11 @@ class _Stream:
 
         def leaser():
             # One lease ahead, in checkpoint order: the ring never holds more than
-            # the consumer's tensor and the next.
+            # the consumer's tensor and the next (the queue holds that next one).
             try:
                 for t in self.items:
                     with lock:
-                        while len(q) >= 2 and not state["stop"]:
+                        while q and not state["stop"]:
                             lock.wait()
                         if state["stop"]:
                             return

@@ -11,6 +11,7 @@ import os
 import struct
 import sys
 import threading
+import time
 
 import placefs
 from placefs import Destination, stage
@@ -45,6 +46,17 @@ def source_bytes(path):
             f.seek(base + a)
             out[k] = f.read(b - a)
     return out
+
+
+def _source_ref(source):
+    """name -> payload bytes of a file source or of every shard of a directory source."""
+    if not os.path.isdir(source):
+        return source_bytes(source)
+    ref = {}
+    for f in sorted(os.listdir(source)):
+        if f.endswith(".safetensors"):
+            ref.update(source_bytes(os.path.join(source, f)))
+    return ref
 
 
 class Shm:
@@ -346,10 +358,7 @@ def batch(mnt, source):
 def runs(mnt, source):
     """Many small tensors, adjacent in the shards: a load moves them as a few ranges."""
     m = placefs.Mount(mnt)
-    ref = {}
-    for f in sorted(os.listdir(source)):
-        if f.endswith(".safetensors"):
-            ref.update(source_bytes(os.path.join(source, f)))
+    ref = _source_ref(source)
     b0 = stats(mnt)["batch"]
     for mode in ("copy", "borrow"):
         sd = placefs.load_state_dict(mnt, device="cpu", mode=mode)
@@ -366,6 +375,73 @@ def runs(mnt, source):
     m.close()
     print("runs: %d tensors exact; %d batch entries moved as %d ranges" % (len(m.tensors),
                                                                           entries, moves))
+
+
+def stream(mnt, source):
+    """iter_weights' contract (doc/PYTHON.md "Streaming"): copy mode yields owned
+    tensors that stay right after the iteration moved on, and never has more than
+    window_bytes of batches being filled ahead of the consumer (a batch larger than
+    the window alone); borrow mode holds one lease ahead of the consumer's: at
+    most two at any item, none at the end."""
+    from placefs import stream as st
+    m = placefs.Mount(mnt)
+    ref = _source_ref(source)
+    order = [t.name for t in m.tensors]
+    staged = stats(mnt).get("backend") != "none"
+    ngpu = sum(1 for t in m.tensors if t.placement == "gpu" and t.nbytes)
+    largest = max(t.nbytes for t in m.tensors)
+    # The destinations of copy mode, counted as the stream creates and unlinks them.
+    live, peak = [0], [0]
+    orig = st._ShmDest
+
+    class Counted(orig):
+        def __init__(self, size):
+            super().__init__(size)
+            self.asked = size
+            live[0] += size
+            peak[0] = max(peak[0], live[0])
+
+        def unlink(self):
+            if self.name is not None:
+                live[0] -= self.asked
+            super().unlink()
+
+    st._ShmDest = Counted
+    try:
+        for window in (1 << 16, 100000, 1 << 20, 1):
+            peak[0] = 0
+            kept = list(placefs.iter_weights(mnt, device="cpu", mode="copy",
+                                             window_bytes=window))
+            check([n for n, _ in kept] == order, "copy (window %d): order" % window)
+            # Owned: every item still holds its bytes once the stream has moved on.
+            for name, v in kept:
+                check(bytes(v.data) == ref[name], "copy (window %d): %s changed after the "
+                      "iteration moved on" % (window, name))
+            # A batch of one tensor larger than the window is in flight alone.
+            bound = max(window, largest if window < largest else 0)
+            check(peak[0] <= bound, "copy (window %d): %d bytes in flight at the peak"
+                  % (window, peak[0]))
+            check(live[0] == 0, "copy (window %d): %d bytes of destinations left"
+                  % (window, live[0]))
+    finally:
+        st._ShmDest = orig
+    most, seen = 0, 0
+    for name, v in placefs.iter_weights(mnt, device="cpu", mode="borrow"):
+        check(bytes(v.data) == ref[name], "borrow: %s differs" % name)
+        if seen < 100:
+            time.sleep(0.005)  # a slow consumer: the leasing thread runs ahead all it may
+        most = max(most, stats(mnt).get("leases", 0))
+        seen += 1
+    check(seen == len(order), "borrow: %d items of %d" % (seen, len(order)))
+    if staged and ngpu > 1:
+        check(most == 2, "borrow: %d leases at most, expected 2 (the consumer's and the "
+              "next)" % most)
+    elif not staged:
+        check(most == 0, "borrow without staging: %d leases" % most)
+    check(stats(mnt).get("leases", 0) == 0, "borrow: leases left after the end")
+    m.close()
+    print("stream: copy items owned, in flight within the window (4 windows); borrow: "
+          "at most %d leases" % most)
 
 
 if __name__ == "__main__":
