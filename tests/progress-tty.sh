@@ -4,10 +4,11 @@
 #   - the Python bar formats every line exactly as the C one (3000 cases
 #     through tests/progress-fmt), draws at most every 0.1 s, is thread-safe
 #     and writes nothing when disabled or not on a terminal;
-#   - on a terminal (script(1) gives the command a pty) placefs-stage --verify
-#     and the installed placefs-load draw a bar with bytes, rate and ETA and end
-#     with a final line; with stderr on a file or a pipe they draw nothing, and
-#     their other output is unchanged.
+#   - on a terminal (script(1) gives the command a pty) placefs-stage --verify,
+#     the installed placefs-load, load(progress=True) and
+#     iter_weights(progress=True) draw a bar with bytes, rate and ETA and end
+#     with a final line; with stderr on a file or a pipe (or progress=False)
+#     they draw nothing, and their other output is unchanged.
 TEST_TIMEOUT=${TEST_TIMEOUT:-120}
 . "$(dirname "$0")/lib.sh"
 require_fuse
@@ -79,8 +80,25 @@ on_tty load2.tty "$PLACEFS_LOAD" "$MP" --device cpu --no-progress || fail "place
 tmo 60 "$PLACEFS_LOAD" "$MP" --device cpu --verify >load.out 2>load.err || fail "placefs-load: $(cat load.err)"
 [ ! -s load.err ] || fail "placefs-load wrote to a non-terminal stderr: $(cat -v load.err)"
 grep -q '^verify: 60 of 60 tensors byte-exact' load.out || fail "placefs-load: $(cat load.out)"
+# ---- the package's API: load(progress=True), iter_weights(progress=True) -----------------
+# On a terminal a bar labelled with the mount's name; without progress=True, or
+# with stderr not a terminal, not one byte on stderr.
+LOAD='import sys, placefs; sd, r = placefs.load(sys.argv[1], device="cpu", progress=sys.argv[2] == "1"); print("loaded", len(sd))'
+ITER='import sys, placefs; n = sum(1 for _ in placefs.iter_weights(sys.argv[1], device="cpu", progress=sys.argv[2] == "1")); print("streamed", n)'
+on_tty api.tty $PYTHON -c "$LOAD" "$MP" 1 || fail "load(progress=True) on a terminal: $(cat -v api.tty)"
+bar_ok api.tty mnt
+grep -q '^loaded 60' api.tty || fail "load(progress=True): $(cat -v api.tty)"
+on_tty iter.tty $PYTHON -c "$ITER" "$MP" 1 || fail "iter_weights(progress=True) on a terminal: $(cat -v iter.tty)"
+bar_ok iter.tty mnt
+grep -q '^streamed 60' iter.tty || fail "iter_weights(progress=True): $(cat -v iter.tty)"
+for code in "$LOAD" "$ITER"; do
+	on_tty off.tty $PYTHON -c "$code" "$MP" 0 || fail "progress=False on a terminal: $(cat -v off.tty)"
+	! grep -q '\[[#.]' off.tty || fail "progress=False drew a bar: $(cat -v off.tty)"
+	tmo 60 $PYTHON -c "$code" "$MP" 1 >api.out 2>api.err || fail "progress=True off a terminal: $(cat api.err)"
+	[ ! -s api.err ] || fail "progress=True wrote to a non-terminal stderr: $(cat -v api.err)"
+done
 # The Python bar on a real pty.
 on_tty py.tty $PYTHON "$top_srcdir/tests/py/progress_test.py" tty || fail "the Python bar on a pty: $(cat -v py.tty)"
 bar_ok py.tty pybar
 umount_fs "$MP"
-note "bars on a terminal for placefs-stage and placefs-load, none elsewhere"
+note "bars on a terminal for placefs-stage, placefs-load, load() and iter_weights(), none elsewhere"
