@@ -88,9 +88,17 @@ def dtype_of(torch, t):
     return torch.uint8, False
 
 
+_DTYPE_CACHE = {}
+
+
 def typed(torch, t, raw):
     """Views a flat uint8 tensor of t.nbytes bytes as t's dtype and shape."""
-    dt, is_typed = dtype_of(torch, t)
+    # Once per tensor: the dtype lookup (and its warning) once per dtype name.
+    key = (id(torch), t.dtype)
+    hit = _DTYPE_CACHE.get(key)
+    if hit is None:
+        hit = _DTYPE_CACHE[key] = dtype_of(torch, t)
+    dt, is_typed = hit
     if not is_typed:
         return raw
     try:

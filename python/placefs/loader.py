@@ -336,24 +336,34 @@ def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
         single(t, o)
 
 
-def _move_all(items, dest, mode, timeout_ns, pool, workers, tick, single):
+def _move_all(items, dest, mode, timeout_ns, pool, workers, tick, single, meanwhile=None):
     """Moves [(tensor, dest_offset)] into dest by STAGE_BATCH requests on pool.
 
     Batch entries are whole tensors: slices (shard=) go one by one.
+    meanwhile: called on this thread once every request is submitted, while
+    they run (see _run_all).
     """
     state = {}
     _run_all(pool, lambda c: _batch_chunk(c, dest, mode, timeout_ns, tick, single, state),
-             _chunks(items, workers))
+             _chunks(items, workers), meanwhile)
 
 
-def _run_all(pool, fn, items):
+def _run_all(pool, fn, items, meanwhile=None):
     """fn over items on the pool; waits for every call before raising the first error.
 
     Memory handed to the daemon must not be freed or reused while any stage
     into it may still run, so an error never cuts the waiting short.
+    meanwhile(): work of this thread that needs none of the results (building
+    the result views of a destination), done while the pool's requests wait
+    in the daemon; its exception is raised after the wait too.
     """
     futs = [pool.submit(fn, x) for x in items]
     out, first = [], None
+    if meanwhile is not None:
+        try:
+            meanwhile()
+        except BaseException as e:  # noqa: BLE001 - re-raised after the wait
+            first = e
     for f in futs:
         try:
             out.append(f.result())
@@ -555,6 +565,15 @@ class _Loader:
         # The daemon writes through its own mapping: nothing of ours may be
         # pending on the buffer when it does.
         torch.cuda.synchronize(dev)
+        where = str(dev)
+
+        def views():
+            # Views only (no kernels, nothing touches the bytes): built while the
+            # daemon fills buf, so a checkpoint of many small tensors does not
+            # pay for them after its last byte landed.
+            for t, o in zip(tensors, offs):
+                self._finish(t, buf[o:o + t.nbytes], where)
+
         with _torch.cuda_ipc_export(buf) as (handle, storage_off, storage_bytes):
             # The handle is of the base of the allocator's segment; the
             # storage sits storage_off bytes into it.
@@ -562,9 +581,8 @@ class _Loader:
             _move_all([(t, storage_off + o) for t, o in zip(tensors, offs)],
                       Destination.cuda_ipc(handle, 0, size), "copy", self.timeout_ns, pool,
                       self.workers, self._tick,
-                      lambda t, o: self._stage_copy_one(t, Destination.cuda_ipc(handle, o, size)))
-        for t, o in zip(tensors, offs):
-            self._finish(t, buf[o:o + t.nbytes], str(dev))
+                      lambda t, o: self._stage_copy_one(t, Destination.cuda_ipc(handle, o, size)),
+                      meanwhile=views)
 
     def _gpu_borrow(self, tensors, pool, device):
         """Borrow mode: lease each tensor, copy it out of the ring, release."""

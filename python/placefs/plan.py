@@ -23,22 +23,24 @@ class TensorInfo:
     __slots__ = ("name", "filename", "path", "source", "dtype", "shape", "nbytes", "offset",
                  "placement", "index")
 
-    def __init__(self, mountpoint, index, entry):
+    def __init__(self, mountpoint, index, entry, _dir=None):
+        # Runs once per tensor of the plan (tens of thousands for a mixture of
+        # experts), so it sticks to builtins called once each: no generators.
         try:
             self.name = entry["name"]
             self.source = entry["file"]
             self.dtype = entry["dtype"]
-            self.shape = tuple(int(d) for d in entry["shape"])
+            self.shape = tuple(map(int, entry["shape"]))
             self.nbytes = int(entry["nbytes"])
             self.offset = int(entry["offset"])
             self.placement = entry["placement"]
             fname = entry.get(FILE_NAME_KEY)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError("plan.json: tensor entry %d is malformed (%s)" % (index, e)) from None
-        if self.placement not in ("gpu", "cpu"):
+        if self.placement != "gpu" and self.placement != "cpu":
             raise ValueError("plan.json: tensor %r has placement %r, neither gpu nor cpu"
                              % (self.name, self.placement))
-        if self.nbytes < 0 or any(d < 0 for d in self.shape):
+        if self.nbytes < 0 or (self.shape and min(self.shape) < 0):
             raise ValueError("plan.json: tensor %r has a negative size" % (self.name,))
         if fname is None:
             raise ValueError("plan.json: tensor %r has no %r member: the daemon that wrote it "
@@ -50,7 +52,8 @@ class TensorInfo:
                              "name in the mount's directory" % (self.name, fname))
         self.index = index
         self.filename = fname
-        self.path = os.path.join(mountpoint, self.filename)
+        # _dir: mountpoint with its trailing separator (what os.path.join adds), from Plan.
+        self.path = _dir + fname if _dir is not None else os.path.join(mountpoint, fname)
 
     def __repr__(self):
         return "TensorInfo(%r, %s, shape=%r, nbytes=%d, placement=%s)" % (
@@ -83,7 +86,8 @@ class Plan:
         self.source = data.get("source")
         self.buffer_size = data.get("buffer_size")
         self.ring_bytes = data.get("ring_bytes")
-        self.tensors = [TensorInfo(mountpoint, i, e) for i, e in enumerate(data["tensors"])]
+        d = os.path.join(mountpoint, "")
+        self.tensors = [TensorInfo(mountpoint, i, e, d) for i, e in enumerate(data["tensors"])]
         self.by_name = {}
         for t in self.tensors:
             if t.name in self.by_name:

@@ -5,7 +5,15 @@
  * tensor file, whole) and on the shard files (the same byte ranges), so the
  * two sides of a ratio run the same code.
  *
- *   readbench [-t THREADS] [-b BLOCK] [-c] MANIFEST
+ *   readbench [-t THREADS] [-b BLOCK] [-p PIECE] [-d] [-c] MANIFEST
+ *
+ * -p cuts every range into work items of PIECE bytes (a multiple of 4096),
+ * so several threads read one large file at once. -d opens with O_DIRECT
+ * (the disk's own pace, no page cache): offsets must then be multiples of
+ * 4096, and the last block of a range is read whole (rounded up to 4096; a
+ * range that ends at the end of its file reads short there). With -p and -d
+ * a manifest of whole files (offset 0, the file's size) is the parallel
+ * O_DIRECT reader that the cold-disk figures are measured against.
  *
  * MANIFEST: one range per line, "PATH<TAB>OFFSET<TAB>LENGTH". Ranges are
  * handed to threads from a shared counter, longest first (ties in manifest
@@ -42,6 +50,8 @@ static size_t nranges;
 static atomic_size_t next_range;
 static size_t block = 1 << 20;
 static int do_sum;
+static int do_direct;
+static uint64_t piece;
 static atomic_int failed;
 
 static uint64_t fnv(uint64_t h, const unsigned char *p, size_t n)
@@ -71,7 +81,7 @@ static void *worker(void *arg)
 		if (i >= nranges)
 			break;
 		r = &ranges[order[i]];
-		fd = open(r->path, O_RDONLY | O_CLOEXEC);
+		fd = open(r->path, O_RDONLY | O_CLOEXEC | (do_direct ? O_DIRECT : 0));
 		if (fd < 0) {
 			fprintf(stderr, "readbench: %s: %s\n", r->path, strerror(errno));
 			atomic_store(&failed, 1);
@@ -79,7 +89,13 @@ static void *worker(void *arg)
 		}
 		while (done < r->len) {
 			size_t want = r->len - done < block ? (size_t)(r->len - done) : block;
-			ssize_t n = pread(fd, buf, want, (off_t)(r->off + done));
+			ssize_t n;
+
+			if (do_direct && want % 4096)
+				want += 4096 - want % 4096; /* the last block, whole */
+			n = pread(fd, buf, want, (off_t)(r->off + done));
+			if (n > 0 && (uint64_t)n > r->len - done)
+				n = (ssize_t)(r->len - done);
 
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -137,6 +153,37 @@ static int load_manifest(const char *file)
 	return 0;
 }
 
+/* -p: every range becomes items of at most `piece` bytes (each its own path copy). */
+static int split_pieces(void)
+{
+	size_t n = 0, k = 0;
+	struct range *out;
+
+	for (size_t i = 0; i < nranges; i++)
+		n += ranges[i].len ? (size_t)((ranges[i].len + piece - 1) / piece) : 1;
+	out = calloc(n ? n : 1, sizeof(*out));
+	if (!out)
+		return -1;
+	for (size_t i = 0; i < nranges; i++) {
+		uint64_t off = 0;
+		do {
+			uint64_t len = ranges[i].len - off < piece ? ranges[i].len - off : piece;
+			out[k].path = strdup(ranges[i].path);
+			if (!out[k].path)
+				abort();
+			out[k].off = ranges[i].off + off;
+			out[k].len = len;
+			k++;
+			off += len;
+		} while (off < ranges[i].len);
+		free(ranges[i].path);
+	}
+	free(ranges);
+	ranges = out;
+	nranges = k;
+	return 0;
+}
+
 static int longest_first(const void *a, const void *b)
 {
 	const struct range *x = &ranges[*(const size_t *)a], *y = &ranges[*(const size_t *)b];
@@ -154,21 +201,28 @@ int main(int argc, char **argv)
 	pthread_t *tids;
 	double secs;
 
-	while ((opt = getopt(argc, argv, "t:b:c")) != -1) {
+	while ((opt = getopt(argc, argv, "t:b:p:dc")) != -1) {
 		switch (opt) {
 		case 't': threads = atoi(optarg); break;
 		case 'b': block = (size_t)strtoull(optarg, NULL, 10); break;
+		case 'p': piece = strtoull(optarg, NULL, 10); break;
+		case 'd': do_direct = 1; break;
 		case 'c': do_sum = 1; break;
 		default:
-			fprintf(stderr, "usage: readbench [-t THREADS] [-b BLOCK] [-c] MANIFEST\n");
+			fprintf(stderr,
+			        "usage: readbench [-t THREADS] [-b BLOCK] [-p PIECE] [-d] [-c] "
+			        "MANIFEST\n");
 			return 2;
 		}
 	}
-	if (optind != argc - 1 || threads < 1 || block < 4096) {
-		fprintf(stderr, "usage: readbench [-t THREADS] [-b BLOCK] [-c] MANIFEST\n");
+	if (optind != argc - 1 || threads < 1 || block < 4096 || block % 4096 || piece % 4096) {
+		fprintf(stderr, "usage: readbench [-t THREADS] [-b BLOCK] [-p PIECE] [-d] [-c] "
+		                "MANIFEST (BLOCK and PIECE multiples of 4096)\n");
 		return 2;
 	}
 	if (load_manifest(argv[optind]))
+		return 1;
+	if (piece && split_pieces())
 		return 1;
 	order = calloc(nranges ? nranges : 1, sizeof(*order));
 	if (!order)

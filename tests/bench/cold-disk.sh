@@ -1,0 +1,118 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Cold disk (issue #13): a checkpoint on a local disk with the page cache
+# dropped before every measurement, each on a fresh mount. In one run:
+#   - the disk's own ceiling: readbench -d, a parallel O_DIRECT reader
+#     (THREADS threads, 8 MiB reads, the shards cut into 64 MiB pieces);
+#   - buffered dd of the shards one after another (bs=16M);
+#   - placefs-stage --all --mode copy, the first pass after the mount;
+#   - the one-shot load of tests/bench/oneshot.py (load_state_dict into
+#     cuda:0 and host memory), per staging limit.
+# Every placefs figure is printed with its ratio to the O_DIRECT reader and
+# to dd. Needs root (drop_caches), a CUDA build and a GPU with torch for
+# the loader rows.
+#
+#   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V] [--threads N]
+#                            [--limits "512MiB none"]
+#
+# DIR (default /var/tmp) must be on the disk to measure, not tmpfs.
+# Results: stdout and ${OUT:-/tmp}/cold-disk.txt.
+. "$(dirname "$0")/common.sh"
+dir=/var/tmp
+llama=8:4096:14336:128256
+threads=8
+limits="512MiB none"
+while [ $# -gt 0 ]; do
+	case $1 in
+	--dir) dir=$2; shift ;;
+	--llama) llama=$2; shift ;;
+	--threads) threads=$2; shift ;;
+	--limits) limits=$2; shift ;;
+	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V] [--threads N] [--limits LIST]" >&2; exit 2 ;;
+	esac
+	shift
+done
+[ "$(id -u)" -eq 0 ] || { echo "cold-disk: needs root to drop the page cache" >&2; exit 77; }
+case $(stat -f -c %T "$dir") in
+tmpfs | ramfs) echo "cold-disk: $dir is $(stat -f -c %T "$dir"), not a disk" >&2; exit 2 ;;
+esac
+res=${OUT:-/tmp}/cold-disk.txt
+: >"$res"
+say() {
+	printf '%s\n' "$*" | tee -a "$res"
+}
+ratio() {
+	python3 -c "
+import sys
+try:
+    a, b = float(sys.argv[1]), float(sys.argv[2])
+    print('%.2f' % (a / b if b else 0))
+except ValueError:
+    print('-')" "$1" "$2"
+}
+gbps_of() {
+	sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p' | head -n 1
+}
+cold() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+}
+bench_work=$(mktemp -d "$dir/placefs-cold.XXXXXX")
+src=$bench_work/ckpt
+mnt=$(mktemp -d /tmp/placefs-cold-mnt.XXXXXX)
+bench_mounts=$mnt
+trap 'bench_cleanup; rmdir "$mnt" 2>/dev/null || true' EXIT INT TERM
+"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
+total=$(cat "$src"/*.safetensors | wc -c)
+for f in "$src"/*.safetensors; do
+	printf '%s\t0\t%s\n' "$f" "$(stat -c %s "$f")"
+done >"$bench_work/manifest"
+say "cold-disk bench: $(stat -f -c %T "$dir") at $dir ($(df -P "$dir" | awk 'NR == 2 {print $1}')), $(nproc) cpus"
+say "checkpoint: --llama $llama, 4 shards, $total bytes"
+
+cold
+ref=$("$READBENCH" -d -t "$threads" -b $((8 << 20)) -p $((64 << 20)) "$bench_work/manifest")
+ref_g=$(printf '%s\n' "$ref" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+say "reference: parallel O_DIRECT reader ($threads threads, 8 MiB reads, 64 MiB pieces): $ref_g GB/s"
+
+cold
+t0=$(now_ns)
+for f in "$src"/*.safetensors; do
+	dd if="$f" of=/dev/null bs=16M status=none
+done
+t1=$(now_ns)
+dd_g=$(python3 -c "print('%.2f' % ($total / (($t1 - $t0) / 1e9) / 1e9))")
+say "buffered dd bs=16M, shards one after another: $dd_g GB/s"
+
+rows=
+for lim in $limits; do
+	opts=device=${BENCH_DEVICE:-cuda:0}
+	[ "$lim" = none ] || opts="$opts,buffer_size=$lim"
+	cold
+	mkdir -p "$mnt"
+	"$PLACEFS" -o "$opts" "$src" "$mnt"
+	line=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+	fusermount3 -u "$mnt"
+	sg=$(printf '%s\n' "$line" | gbps_of)
+	say "limit $lim: placefs-stage --all copy, first pass, cold: $line"
+	cold
+	lg=-
+	if [ "${BENCH_DEVICE:-cuda:0}" != host ]; then
+		lline=$(PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 \
+			"$top/tests/bench/oneshot.py" "$PLACEFS" "$opts" "$src" "$mnt" --what load)
+		say "limit $lim: $lline"
+		lg=$(printf '%s\n' "$lline" | gbps_of)
+	fi
+	rows="$rows$lim|$sg|$lg
+"
+done
+
+say ""
+say "cold page cache before every row, fresh mount; ratios to the parallel O_DIRECT reader ($ref_g GB/s) and to buffered dd ($dd_g GB/s)"
+say "$(printf '%-8s | %-28s | %-28s' limit 'placefs-stage --all (GB/s)' 'one-shot load (GB/s)')"
+printf '%s' "$rows" | while IFS='|' read -r l s g; do
+	[ -n "$l" ] || continue
+	say "$(printf '%-8s | %6s %5s x ref %5s x dd | %6s %5s x ref %5s x dd' "$l" "$s" \
+		"$(ratio "$s" "$ref_g")" "$(ratio "$s" "$dd_g")" "$g" "$(ratio "$g" "$ref_g")" \
+		"$(ratio "$g" "$dd_g")")"
+done
