@@ -15,7 +15,10 @@
 #     every file and the checkpoint itself, for many dtypes and odd names,
 #     a sharded checkpoint, a -o device=none mount and an all-cpu mount;
 #   - INSTANTTENSOR_COPY handling; the command line (the installed placefs-load
-#     script and python3 -m placefs, --verify).
+#     script and python3 -m placefs, --verify) and its default device, which is
+#     load_state_dict's even where torch sees a GPU (a stand-in torch);
+#   - torch internals and ctypes in placefs/_torch.py alone, which names the
+#     versions it was checked on.
 TEST_TIMEOUT=${TEST_TIMEOUT:-150}
 . "$(dirname "$0")/lib.sh"
 require_fuse

@@ -21,6 +21,7 @@ torch is importable; the checks accept both result kinds.
 
 import errno
 import fcntl
+import io
 import json
 import mmap
 import os
@@ -352,7 +353,99 @@ def offline():
     expect_raises(lambda: placefs._parse_device("gpu0"), ValueError, "cuda:N",
                   "bad device")
     plan_file_names()
+    default_device()
+    torch_isolated()
     done("offline")
+
+
+def default_device():
+    """placefs-load's default device is load_state_dict's (issue #15): the command line
+    hands None to the loader, which picks the mount's own device, even where torch sees
+    a GPU (it used to pick cuda:0 there by itself)."""
+    import inspect
+    import placefs.cli as cli
+    from placefs import _torch
+    defaults = {f.__name__: inspect.signature(f).parameters["device"].default
+                for f in (placefs.load_state_dict, placefs.load, placefs.iter_weights)}
+    check(set(defaults.values()) == {None}, "default devices of the API: %r" % defaults)
+
+    class FakeCuda:
+        @staticmethod
+        def is_available():
+            return True
+
+        @staticmethod
+        def current_device():
+            return 0
+
+        @staticmethod
+        def device_count():
+            return 1
+
+    class FakeTorch:
+        cuda = FakeCuda()
+        __version__ = "0.0-fake"
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, mountpoint, device, *args, **kw):
+            seen.append(device)
+            raise RuntimeError("recorded")
+
+    real_get, real_loader, real_err = _torch.get, cli._Loader, sys.stderr
+    try:
+        _torch.get = lambda: FakeTorch()
+        cli._Loader = Recorder
+        sys.stderr = io.StringIO()
+        for argv in (["/nowhere"], ["/nowhere", "--device", "auto"]):
+            rc = cli.main(argv)
+            check(rc == 1, "placefs-load with a recording loader returned %r" % rc)
+    finally:
+        _torch.get, cli._Loader, sys.stderr = real_get, real_loader, real_err
+    check(len(seen) == 2 and seen[0] is None,
+          "placefs-load passed device %r to the loader, load_state_dict passes None" % seen[:1])
+    check([placefs._parse_device(d) for d in seen] == [("auto", None)] * 2,
+          "placefs-load's default device resolves to %r" % [placefs._parse_device(d)
+                                                             for d in seen])
+
+
+def torch_isolated():
+    """torch internals and the CUDA runtime live in placefs/_torch.py alone (issue #15):
+    no other module of the installed package imports ctypes or torch, reaches a private
+    torch attribute or names libcudart; _torch.py's docstring names the versions it was
+    checked on."""
+    import ast
+    pkg = os.path.dirname(os.path.abspath(placefs.__file__))
+    private = {"_share_cuda_", "_new_shared_cuda", "untyped_storage", "_C", "_utils"}
+    names = sorted(f for f in os.listdir(pkg) if f.endswith(".py"))
+    check("_torch.py" in names and len(names) > 5, "package files %r" % names)
+    for f in names:
+        if f == "_torch.py":
+            continue
+        tree = ast.parse(open(os.path.join(pkg, f)).read(), f)
+        # Docstrings (and other bare strings) may name anything.
+        docs = {id(n.value) for n in ast.walk(tree)
+                if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        for node in ast.walk(tree):
+            where = "%s:%d" % (f, getattr(node, "lineno", 0))
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    check(a.name.split(".")[0] not in ("ctypes", "torch"),
+                          "%s imports %s outside _torch.py" % (where, a.name))
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                check((node.module or "").split(".")[0] not in ("ctypes", "torch"),
+                      "%s imports from %s outside _torch.py" % (where, node.module))
+            elif isinstance(node, ast.Attribute):
+                check(node.attr not in private,
+                      "%s uses the torch internal .%s outside _torch.py" % (where, node.attr))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    id(node) not in docs:
+                check("libcudart" not in node.value and "cudaIpc" not in node.value,
+                      "%s names the CUDA runtime outside _torch.py" % where)
+    doc = ast.get_docstring(ast.parse(open(os.path.join(pkg, "_torch.py")).read()))
+    check(re.search(r"Checked on: torch \d+\.\d+ with CUDA \d+\.\d+", doc or "") is not None,
+          "_torch.py does not name the torch and CUDA versions it was checked on")
 
 
 def write_plan(d, tensors):
@@ -590,7 +683,7 @@ def seed(mnt, source, limit):
         sd, rep = placefs.load(mnt, device="cpu")
         check(rep.mode == want, "INSTANTTENSOR_COPY=%r gave mode %s" % (env, rep.mode))
         check_state_dict(sd, mnt, ref, limit, "seed INSTANTTENSOR_COPY=%r" % env)
-        # The default device (cuda:0) on a host mount still loads into host memory.
+        # The default device (the mount's own) of a host mount is host memory.
         sd = placefs.load_state_dict(mnt)
         check_state_dict(sd, mnt, ref, limit, "seed default device, INSTANTTENSOR_COPY=%r"
                          % env)
