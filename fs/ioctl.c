@@ -1232,9 +1232,14 @@ static unsigned batch_run(struct bjob *j, unsigned r)
 		io->entries[i].out_flags = rc == 0 && pf ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
 	}
 	if (rc == 0) {
+		/*
+		 * No prefetch hint here (single stages give one): a loader sends its
+		 * batches side by side, so the tensors after this run are already in
+		 * flight in other requests, moved as runs that never adopt a
+		 * prefetched span; prefetching them read their bytes twice and
+		 * crowded the ring (a mixture of experts: 256 spans held, none used).
+		 */
 		ok = n;
-		if (io->mode == PLACEFS_IOC_STAGE_COPY)
-			hint_after(fs, j->pos, (size_t)io->entries[first + n - 1].tensor);
 	} else if (rc != -ETIMEDOUT && rc != -EINTR) {
 		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
 		placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
