@@ -25,6 +25,9 @@
 TEST_TIMEOUT=${TEST_TIMEOUT:-240}
 . "$(dirname "$0")/lib.sh"
 require_fuse
+# The installed package (make install-python into $TMP), never python/ itself.
+. "$top_srcdir/tests/pyinstall.sh"
+py_install
 
 STAGE=$top_builddir/tools/placefs-stage
 TSI=$top_builddir/tests/test_stage_ioctl
@@ -345,9 +348,8 @@ grep -q '^ring: 6000640 bytes (5.72 MiB), set by -o ring_size ' "$MP/.placefs/pl
 	fail "ring_size: .placefs/plan: $(grep '^ring' "$MP/.placefs/plan")"
 [ "$(stat_get "$MP" staging.ring_bytes)" = 6000640 ] ||
 	fail "ring_size: stats ring_bytes $(stat_get "$MP" staging.ring_bytes), expected 6000640"
-"$PYTHON" - "$MP" "$top_srcdir/python" <<'EOF' || fail "ring_size: plan.json or the ring info ioctl"
+"$PYTHON" - "$MP" <<'EOF' || fail "ring_size: plan.json or the ring info ioctl"
 import json, os, sys
-sys.path.insert(0, sys.argv[2])
 import placefs
 mnt = sys.argv[1]
 p = json.load(open(os.path.join(mnt, ".placefs", "plan.json")))

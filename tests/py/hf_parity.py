@@ -7,6 +7,7 @@ CUDA device and cpu-placed ones on the CPU, in both modes.
 
     hf_parity.py BUILDDIR        (needs torch with CUDA, safetensors, /dev/fuse)
 """
+import glob
 import os
 import subprocess
 import sys
@@ -16,9 +17,23 @@ import time
 import torch
 from safetensors.torch import load_file, save_file
 
-here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "python"))
-import placefs  # noqa: E402
+placefs = None  # the installed package, imported by main()
+
+
+def installed_placefs(build, dest):
+    """The package as `make install-python` installs it from BUILD into DESTDIR dest
+    (tests/pyinstall.sh's way): the test imports that copy, never python/."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    subprocess.run(["make", "-s", "-C", build, "install-python", "DESTDIR=" + dest,
+                    "prefix=/usr/local", "PYTHON3=" + sys.executable], check=True, env=env)
+    inits = glob.glob(os.path.join(dest, "**", "placefs", "__init__.py"), recursive=True)
+    if len(inits) != 1:
+        sys.exit("hf_parity: make install-python gave %r" % inits)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(inits[0])))
+    import placefs
+    if not os.path.abspath(placefs.__file__).startswith(os.path.abspath(dest) + os.sep):
+        sys.exit("hf_parity: import placefs found %s, not the installed copy" % placefs.__file__)
+    return placefs
 
 
 def make_state_dict():
@@ -40,9 +55,11 @@ def make_state_dict():
 
 
 def main():
+    global placefs
     build = os.path.abspath(sys.argv[1])
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
+        placefs = installed_placefs(build, os.path.join(tmp, "pyinst"))
         path = os.path.join(tmp, "model.safetensors")
         save_file(make_state_dict(), path, metadata={"format": "pt"})
         ref = load_file(path)
