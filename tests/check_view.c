@@ -627,6 +627,48 @@ START_TEST(test_alignment)
 }
 END_TEST
 
+/*
+ * An index that names only some of a shard's tensors: they are the selection, and
+ * every view holds exactly them (all is not the source file, which has more).
+ */
+START_TEST(test_index_filter)
+{
+	static const struct spec a[] = {
+	        {"a", PLACEFS_DT_F32, 1, {64}},
+	        {"b", PLACEFS_DT_F32, 1, {8}},
+	        {"c", PLACEFS_DT_BF16, 2, {4, 8}},
+	        {"d", PLACEFS_DT_U8, 1, {5}},
+	};
+	struct fixture fx;
+	const char *t;
+
+	mkdir_at("f");
+	write_shard("f/x.safetensors", a, 4, META, 2);
+	text_at("f/model.safetensors.index.json",
+	        "{\"weight_map\": {\"a\": \"x.safetensors\", \"c\": \"x.safetensors\", "
+	        "\"d\": \"x.safetensors\"}}");
+	open_fixture(&fx, "f", NULL, 0, 1, 64); /* a (256 bytes) cpu, c and d gpu */
+	ck_assert_uint_eq(placefs_plan_count(fx.plan), 3);
+	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
+		check_view_full(&fx, (enum placefs_view_kind)k);
+		t = check_index(&fx, (enum placefs_view_kind)k);
+		ck_assert_ptr_null(strstr(t, "\"b\""));
+	}
+	ck_assert_uint_eq(placefs_view_tensor_count(fx.v[PLACEFS_VIEW_ALL]), 3);
+	ck_assert_uint_eq(placefs_view_tensor_count(fx.v[PLACEFS_VIEW_GPU]), 2);
+	ck_assert_uint_eq(placefs_view_tensor_count(fx.v[PLACEFS_VIEW_CPU]), 1);
+	ck_assert_uint_eq(placefs_view_total_bytes(fx.v[PLACEFS_VIEW_ALL]), 256 + 64 + 5);
+	{
+		const uint8_t *h = placefs_view_header(fx.v[PLACEFS_VIEW_ALL], 0, NULL);
+
+		ck_assert_ptr_nonnull(h);
+		ck_assert(memmem(h, placefs_view_file_header_size(fx.v[PLACEFS_VIEW_ALL], 0),
+		                 "\"b\"", 3) == NULL);
+	}
+	close_fixture(&fx);
+}
+END_TEST
+
 /* A shard in a subdirectory: its view file name is encoded, the weight_map follows it. */
 START_TEST(test_nested_shard)
 {
@@ -766,6 +808,7 @@ static Suite *view_suite(void)
 	tcase_add_test(tc, test_empty_views);
 	tcase_add_test(tc, test_prefix);
 	tcase_add_test(tc, test_alignment);
+	tcase_add_test(tc, test_index_filter);
 	tcase_add_test(tc, test_nested_shard);
 	tcase_add_test(tc, test_name_too_long);
 	tcase_add_test(tc, test_aux_names);

@@ -13,8 +13,12 @@
 # mount, the file size included), every tensor's bytes equal its source
 # range, through read() and through a MAP_SHARED mapping; the names per view
 # are the plan's placement (.placefs/plan.json); the index's weight_map and
-# total_size; `ls -l` sizes equal the bytes read. Then an aux file and a
-# shard changed under the mount: ESTALE, never other bytes.
+# total_size; `ls -l` sizes equal the bytes read. An index that leaves
+# tensors of its shards out (all is the selection); iter_weights (the
+# package's stdlib path) equal to the views' tensors and placements; reading
+# the views costs no more READs, bytes or time than the tensor files. Then an
+# aux file and a shard changed under the mount: ESTALE, never other bytes.
+TEST_TIMEOUT=${TEST_TIMEOUT:-150}
 . "$(dirname "$0")/lib.sh"
 require_fuse
 
@@ -292,6 +296,157 @@ umount_fs "$MP"
 mount_fs A "$MP" -o device=none,buffer_size=1K,prefix=model.layers.1.,prefix=random.1
 check_views "$MP" A
 umount_fs "$MP"
+
+# ---- an index that leaves tensors of its shards out: all is the selection ------------
+# D's index without two of its tensors: the views neither show them nor count them.
+cp -R D F
+"$PYTHON" - F/model.safetensors.index.json <<'EOF' || fail "editing F's index"
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+for k in ("model.layers.0.mlp.up_proj.weight", "model.layers.1.input_layernorm.weight"):
+    del d["weight_map"][k]
+json.dump(d, open(p, "w"))
+EOF
+mount_fs F "$MP" -o device=none,buffer_size=10K
+check_views "$MP" F
+for v in all gpu cpu; do
+	grep -q -e 'model.layers.0.mlp.up_proj.weight' -e 'model.layers.1.input_layernorm.weight' \
+		"$MP/.placefs/views/$v/model.safetensors.index.json" &&
+		fail "views/$v: the index names a tensor the source index leaves out"
+done
+umount_fs "$MP"
+
+# ---- iter_weights through the package's stdlib path equals the views ------------------
+# What a loader streams from the mount and what safe_open would read from the
+# views (here the stdlib reader) are the same tensors, in each view's placement.
+mount_fs A "$MP" -o device=host,buffer_size=3K
+PLACEFS_NO_TORCH=1 tmo 60 "$PYTHON" - "$MP" <<'EOF' || fail "iter_weights differs from the views"
+import os, sys
+import placefs
+from placefs import safetensors as st
+mnt = sys.argv[1]
+views = {}
+for v in ("all", "gpu", "cpu"):
+    d = os.path.join(mnt, ".placefs", "views", v)
+    views[v] = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            views[v].update(st.read(os.path.join(d, f)))
+got = 0
+for mode in ("copy", "borrow"):
+    for name, t in placefs.iter_weights(mnt, device="cpu", mode=mode):
+        dt, shape, data = views["all"][name]
+        assert (t.dtype, list(t.shape), bytes(t.data)) == (dt, shape, data), (mode, name)
+        other = "cpu" if t.placement == "gpu" else "gpu"
+        assert name in views[t.placement] and name not in views[other], (mode, name)
+        got += 1
+assert got == 2 * len(views["all"]) and views["gpu"] and views["cpu"], got
+print("iter_weights equals the views: %d tensors, %d gpu, %d cpu" % (
+    len(views["all"]), len(views["gpu"]), len(views["cpu"])))
+EOF
+umount_fs "$MP"
+
+# ---- reading through a view costs no more than reading the tensor files -----------------
+# A Llama of 3 shards split by a 1 MiB limit; each round on fresh mounts (nothing
+# of them in the page cache; the source warm for both): the gpu tensor files then
+# the cpu ones, against views/gpu, views/cpu and views/all. The views must move
+# the tensors' bytes plus their headers, no more, in no more FUSE READs than the
+# tensor files take besides one per view file for its header, and in no more
+# time (the best of 3 rounds; 1.5 times the tensor files' plus 50 ms for noise).
+tmo 30 "$MKCKPT" -q --seed 16 --llama 2:512:1408:8192 --shards 3 --index G || fail "mkckpt G"
+cat G/*.safetensors >/dev/null
+cat >"$TMP/cost.py" <<'PYEOF'
+import json, os, sys, time
+mnt, what, out = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def stats():
+    with open(os.path.join(mnt, ".placefs", "stats")) as f:
+        return json.load(f)
+
+
+def read_all(paths):
+    """Reads each file through in 1 MiB reads: bytes, seconds, each file's first 8 bytes."""
+    n, heads = 0, []
+    t0 = time.perf_counter()
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            first = True
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    break
+                if first:
+                    heads.append(b[:8])
+                    first = False
+                n += len(b)
+        finally:
+            os.close(fd)
+    return n, time.perf_counter() - t0, heads
+
+
+plan = json.load(open(os.path.join(mnt, ".placefs", "plan.json")))
+res = {}
+if what == "tensors":
+    for pl in ("gpu", "cpu"):
+        paths = [os.path.join(mnt, t["filename"]) for t in plan["tensors"]
+                 if t["placement"] == pl]
+        s0 = stats()
+        n, secs, _ = read_all(paths)
+        s1 = stats()
+        res[pl] = {"secs": secs, "reads": s1["reads"] - s0["reads"], "files": len(paths),
+                   "payload": n}
+    res["all"] = {k: res["gpu"][k] + res["cpu"][k] for k in res["gpu"]}
+else:
+    for v in ("gpu", "cpu", "all"):
+        d = os.path.join(mnt, ".placefs", "views", v)
+        paths = [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".safetensors")]
+        s0 = stats()
+        n, secs, heads = read_all(paths)
+        s1 = stats()
+        hdr = sum(8 + int.from_bytes(h, "little") for h in heads)
+        res[v] = {"secs": secs, "reads": s1["view_reads"] - s0["view_reads"],
+                  "files": len(paths), "payload": n - hdr}
+with open(out, "a") as f:
+    f.write(json.dumps({"what": what, "res": res}) + "\n")
+PYEOF
+for mode in mmap pread; do
+	rm -f cost.$mode
+	for round in 1 2 3; do
+		mount_fs G "$MP" -o device=none,buffer_size=1M,read_mode=$mode
+		tmo 30 "$PYTHON" "$TMP/cost.py" "$MP" tensors cost.$mode || fail "reading G's tensor files"
+		umount_fs "$MP"
+		mount_fs G "$MP" -o device=none,buffer_size=1M,read_mode=$mode
+		tmo 30 "$PYTHON" "$TMP/cost.py" "$MP" views cost.$mode || fail "reading G's views"
+		umount_fs "$MP"
+	done
+	tmo 10 "$PYTHON" - cost.$mode $mode <<'EOF' || fail "the views cost more than the tensor files ($mode)"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+t = [r["res"] for r in rows if r["what"] == "tensors"]
+v = [r["res"] for r in rows if r["what"] == "views"]
+bad = 0
+for k in ("gpu", "cpu", "all"):
+    tb, vb = min(x[k]["secs"] for x in t), min(x[k]["secs"] for x in v)
+    tr, vr = max(x[k]["reads"] for x in t), max(x[k]["reads"] for x in v)
+    nf = v[0][k]["files"]
+    print("mount-views: cost (%s) %s: %d tensor files, %d READs, %.1f ms; %d view files, "
+          "%d READs, %.1f ms" % (sys.argv[2], k, t[0][k]["files"], tr, tb * 1e3, nf, vr, vb * 1e3))
+    if any(x[k]["payload"] != t[0][k]["payload"] for x in t + v):
+        print("FAIL: %s: payload bytes differ: %r" % (k, [x[k]["payload"] for x in t + v]))
+        bad += 1
+    if vr > tr + nf:
+        print("FAIL: %s: %d READs through the views, %d through the tensor files" % (k, vr, tr))
+        bad += 1
+    if vb > 1.5 * tb + 0.05:
+        print("FAIL: %s: %.1f ms through the views, %.1f ms through the tensor files"
+              % (k, vb * 1e3, tb * 1e3))
+        bad += 1
+sys.exit(bad)
+EOF
+done
 
 # ---- B: no index --------------------------------------------------------------------
 mount_fs B "$MP" -o device=none,buffer_size=2K
