@@ -4,7 +4,8 @@
 # against live mounts:
 #   - GNU long options (--buffer-size=8M, --ring-size 16M) and -o names with
 #     dashes are usage errors (exit 2) naming the -o spelling, not FUSE
-#     failures (exit 10), and nothing is mounted;
+#     failures (exit 10), and nothing is mounted; the README shows placefs
+#     with -o options it describes, --buffer-size only beside placefs-plan;
 #   - KB/MB/GB/TB are powers of 1000 and K/M/G/T powers of 1024 in every
 #     size option and in INSTANTTENSOR_BUFFER_SIZE; a bad suffix lists the
 #     accepted ones;
@@ -41,6 +42,49 @@ refused 2 "use -o noprefetch" --noprefetch ckpt.safetensors "$MP"
 refused 2 "use -o buffer_size=8M" -o buffer-size=8M ckpt.safetensors "$MP"
 refused 2 "use -o max_threads=4" -o ro,max-threads=4 ckpt.safetensors "$MP"
 refused 2 "unknown option '--no-such-thing'" --no-such-thing ckpt.safetensors "$MP"
+# The README shows placefs with the options it takes: no long option beside
+# placefs, --buffer-size/--ring-size only beside placefs-plan (or where it says
+# they are refused), and every -o NAME one that placefs --help describes.
+tmo 20 "$PYTHON" - "$top_srcdir/README.md" "$PLACEFS" "$PLAN" <<'EOF' || fail "README.md shows options placefs refuses"
+import re, subprocess, sys
+readme, placefs, plan = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(readme).read().split("\n")
+help_ = subprocess.run([placefs, "--help"], capture_output=True, text=True).stdout
+names = set(re.findall(r"^ *-o ([a-z_]+)", help_, re.M))
+plan_help = subprocess.run([plan, "--help"], capture_output=True, text=True).stdout
+# placefs-plan's long options that placefs spells -o name_with_underscores.
+longs = {o for o in re.findall(r"(--[a-z][a-z-]+)", plan_help)
+         if "-" in o[2:] and o[2:].replace("-", "_") in names}
+bad = []
+in_plan_cmd = False
+for i, line in enumerate(text, 1):
+    s = line.strip()
+    # A command line of placefs-plan (another tool's), or its synopsis' continuation.
+    if re.match(r"(\$ )?(\S+=\S+ )*placefs-[a-z]+\b", s):
+        in_plan_cmd = True
+    elif not (in_plan_cmd and s.startswith("[")):
+        in_plan_cmd = False
+    # placefs itself followed by a long option it refuses.
+    for m in re.finditer(r"(?<![\w-])placefs +\[?(--[a-z][a-z-]*)", line):
+        if m.group(1) not in ("--help", "--version"):
+            bad.append("%d: placefs %s" % (i, m.group(1)))
+    # placefs-plan's long options only beside placefs-plan (or where the refusal is told).
+    for m in re.finditer(r"(?<![\w-])(--[a-z][a-z-]+)", line):
+        opt = m.group(1)
+        if opt not in longs or in_plan_cmd or "usage error" in line:
+            continue
+        spans = [b for b in re.findall(r"`([^`]*)`", line) if opt in b]
+        if spans and all(b.startswith("placefs-plan ") for b in spans):
+            continue
+        bad.append("%d: %s not beside placefs-plan: %s" % (i, opt, s))
+    # -o NAME: an option placefs --help describes.
+    for m in re.finditer(r"(?<![\w-])-o ([a-z_]+)(?=[]=` ,.)]|$)", line):
+        if m.group(1) not in names and m.group(1) not in ("name", "allow_other", "debug"):
+            bad.append("%d: -o %s is not a placefs option" % (i, m.group(1)))
+for b in bad:
+    print("FAIL: %s: %s" % (readme, b))
+sys.exit(1 if bad else 0)
+EOF
 # libfuse's own long options still work.
 tmo 10 "$PLACEFS" --version >out 2>err || fail "placefs --version: $(cat err)"
 grep -q '^placefs ' out || fail "placefs --version: $(cat out)"
