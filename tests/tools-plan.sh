@@ -301,6 +301,25 @@ for lim in $([ "$have_python" = no ] || echo 100K 1MB 2M 3000000 1); do
 	[ "$(grep -c '^---- staging limit' "$T/out")" -eq 1 ] || fail "histogram at $lim: one marker"
 	! grep -q ' $' "$T/out" || fail "histogram at $lim: trailing blanks"
 done
+# More distinct sizes than the default sweep lists (16): the 16 largest, where
+# the big tensors (the largest layer tensor among them) change side, each also
+# a row of the table.
+if [ "$have_python" = yes ]; then
+	expect 0 "$PLAN" --json "$RND"
+	cp "$T/out" "$T/rnd.json"
+	expect 0 "$PLAN" --sweep "$RND"
+	python3 - "$T/rnd.json" "$T/out" <<'EOF' || fail "sweep of $RND: $(cat "$T/out")"
+import json, re, sys
+sizes = sorted({t["nbytes"] for t in json.load(open(sys.argv[1]))["tensors"] if t["nbytes"]})
+out = open(sys.argv[2]).read()
+changes = re.findall(r"^  (\d+) bytes \(([^)]*)\)", out, re.M)
+assert len(sizes) > 16, sizes
+assert [int(n) for n, _ in changes] == sizes[-16:], (changes, sizes)
+table = out.split("\n\n")[0]
+for n, human in changes:
+    assert re.search(r"^%s +\d" % re.escape(human), table, re.M), (n, human)
+EOF
+fi
 expect 2 "$PLAN" --histogram --json "$SEED"
 err_has "--histogram cannot be combined with --json"
 expect 2 "$PLAN" --histogram --sweep "$SEED"
