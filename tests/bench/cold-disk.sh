@@ -3,7 +3,8 @@
 # Cold disk (issue #13): a checkpoint on a local disk with the page cache
 # dropped before every measurement, each on a fresh mount. In one run:
 #   - the disk's own ceiling: readbench -d, a parallel O_DIRECT reader
-#     (THREADS threads, 8 MiB reads, the shards cut into 64 MiB pieces);
+#     (8 MiB reads, the shards cut into 64 MiB pieces), the best over the
+#     thread counts of --threads (default "1 4 8 16");
 #   - buffered dd of the shards one after another (bs=16M);
 #   - placefs-stage --all --mode copy, the first pass after the mount;
 #   - the one-shot load of tests/bench/oneshot.py (load_state_dict into
@@ -12,7 +13,7 @@
 # to dd. Needs root (drop_caches), a CUDA build and a GPU with torch for
 # the loader rows.
 #
-#   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V] [--threads N]
+#   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V] [--threads "N ..."]
 #                            [--limits "512MiB none"]
 #
 # DIR (default /var/tmp) must be on the disk to measure, not tmpfs.
@@ -20,7 +21,7 @@
 . "$(dirname "$0")/common.sh"
 dir=/var/tmp
 llama=8:4096:14336:128256
-threads=8
+threads="1 4 8 16"
 limits="512MiB none"
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
 	--llama) llama=$2; shift ;;
 	--threads) threads=$2; shift ;;
 	--limits) limits=$2; shift ;;
-	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V] [--threads N] [--limits LIST]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V] [--threads "N ..."] [--limits LIST]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -70,10 +71,21 @@ done >"$bench_work/manifest"
 say "cold-disk bench: $(stat -f -c %T "$dir") at $dir ($(df -P "$dir" | awk 'NR == 2 {print $1}')), $(nproc) cpus"
 say "checkpoint: --llama $llama, 4 shards, $total bytes"
 
-cold
-ref=$("$READBENCH" -d -t "$threads" -b $((8 << 20)) -p $((64 << 20)) "$bench_work/manifest")
-ref_g=$(printf '%s\n' "$ref" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
-say "reference: parallel O_DIRECT reader ($threads threads, 8 MiB reads, 64 MiB pieces): $ref_g GB/s"
+# The disk's ceiling: the best of the O_DIRECT reader over thread counts
+# (a virtual disk may serve one sequential stream faster than many).
+ref_g=0
+ref_t=
+for t in $threads; do
+	cold
+	ref=$("$READBENCH" -d -t "$t" -b $((8 << 20)) -p $((64 << 20)) "$bench_work/manifest")
+	g=$(printf '%s\n' "$ref" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+	say "O_DIRECT reader, $t threads, 8 MiB reads, 64 MiB pieces: $g GB/s"
+	if python3 -c "import sys; sys.exit(0 if float('$g') > float('$ref_g') else 1)"; then
+		ref_g=$g
+		ref_t=$t
+	fi
+done
+say "reference: the parallel O_DIRECT reader at its best ($ref_t threads): $ref_g GB/s"
 
 cold
 t0=$(now_ns)
@@ -108,7 +120,7 @@ for lim in $limits; do
 done
 
 say ""
-say "cold page cache before every row, fresh mount; ratios to the parallel O_DIRECT reader ($ref_g GB/s) and to buffered dd ($dd_g GB/s)"
+say "cold page cache before every row, fresh mount; ratios to the O_DIRECT reader at its best ($ref_g GB/s) and to buffered dd ($dd_g GB/s)"
 say "$(printf '%-8s | %-28s | %-28s' limit 'placefs-stage --all (GB/s)' 'one-shot load (GB/s)')"
 printf '%s' "$rows" | while IFS='|' read -r l s g; do
 	[ -n "$l" ] || continue
