@@ -25,7 +25,7 @@
 # The pinned host-to-device ceiling (tests/bench/gpu-ref.py) is measured in
 # the same run; every GB/s is printed with its ratio to it.
 #
-#   tests/bench/first-pass.sh [--llama L:H:I:V | --moe L:H:E:I:V] [--configs "LIMIT:ZC:HB ..."]
+#   tests/bench/first-pass.sh [--llama L:H:I:V | --moe L:H:E:I:V] [--prime] [--configs "LIMIT:ZC:HB ..."]
 #                             [--loader "LIMIT:ZC:HB[:THREADS[:ENV]] ..."] [--verify all|first|none]
 #
 # Default checkpoint: Llama-3-8B shapes as placefs-mkckpt writes them
@@ -36,6 +36,7 @@
 . "$(dirname "$0")/common.sh"
 llama=32:4096:14336:128256
 moe=
+prime=
 configs="512MiB:-:64M 512MiB:1:64M 512MiB:0:128M 512MiB:0:256M 512MiB:0:1G 512MiB:-:64M:8 none:-:64M none:1:64M 128MiB:-:64M"
 loader="512MiB:-:64M 512MiB:1:64M"
 verify=first
@@ -43,10 +44,11 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--llama) llama=$2; shift ;;
 	--moe) moe=$2; shift ;;
+	--prime) prime=1 ;;
 	--configs) configs=$2; shift ;;
 	--loader) loader=$2; shift ;;
 	--verify) verify=$2; shift ;;
-	*) echo "usage: $0 [--llama L:H:I:V | --moe L:H:E:I:V] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--llama L:H:I:V | --moe L:H:E:I:V] [--prime] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -96,6 +98,15 @@ else
 	"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
 fi
 total=$(du -sb "$src" | cut -f1)
+# The first read of freshly written pages costs the kernel more (LRU
+# activation, doc/PERFORMANCE.md 0.0): --prime reads the shards once first, so
+# that every row sees the page cache as a checkpoint read before leaves it.
+if [ -n "$prime" ]; then
+	cat "$src"/*.safetensors >/dev/null
+	say "page cache: the shards were read once before the first row (--prime)"
+else
+	say "page cache: as the writer left it; the first row is the first read after the write"
+fi
 say "first-pass bench: $(nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader 2>/dev/null || echo no GPU), $(nproc) cpus"
 if [ -n "$moe" ]; then
 	say "checkpoint: --moe $moe, 8 shards, $total bytes in /dev/shm"
