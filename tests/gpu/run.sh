@@ -24,6 +24,20 @@
 #   devmem     the daemon's device memory (nvidia-smi) against the ring size
 #              plus a CUDA context (a daemon with a 4 KiB ring)
 #   mount-stage, python-loader, gpu-smoke: the repo's own scripts
+#   hf-parity  save_file -> mount -> load_state_dict == load_file
+#   views      the views and iter_weights with loaders nobody here wrote
+#   slices     tensor-parallel slices (issue #16) of a Llama checkpoint of a
+#              few hundred MB (small on host), staging limit 32 MiB (the
+#              embedding and head on the cpu), for world 2 and 4 and every
+#              rank: placefs-stage --slice r/N@0 and @1 --verify (copy,
+#              borrow) and load_state_dict(device=cuda:N, shard=(r, N))
+#              (copy, borrow) against torch slicing of load_file, the parts
+#              joined against the whole, .placefs/stats (staging.devices[0],
+#              staging.slices) grown by the slice bytes (tests/py/
+#              slices_gpu.py); the daemon's device memory (nvidia-smi,
+#              sampled every 0.1 s while it stages) within its CUDA context
+#              plus its ring in borrow mode, and again once the copy
+#              clients' imported destinations are swept
 #
 # Options:
 #   --device SPEC   cuda:N (default cuda:0) or host
@@ -32,6 +46,8 @@
 #   --size S        small or large llama checkpoint (default: large on cuda,
 #                   small on host)
 #   --jobs N        make -j (default: number of CPUs)
+#   --steps LIST    run only these steps (comma-separated names, e.g.
+#                   slices,devmem); build always runs
 # Environment: OUT (logs, default /tmp/gpu-out).
 #
 # Exit status: 0 when every step passed (or was skipped for a stated reason),
@@ -44,6 +60,7 @@ BUILD=/tmp/placefs-gpu-build
 WORK=/tmp/placefs-gpu-work
 SIZE=
 JOBS=$(nproc 2>/dev/null || echo 4)
+STEPS=
 OUT=${OUT:-/tmp/gpu-out}
 
 while [ $# -gt 0 ]; do
@@ -53,6 +70,7 @@ while [ $# -gt 0 ]; do
 	--work) WORK=${2:?}; shift ;;
 	--size) SIZE=${2:?}; shift ;;
 	--jobs) JOBS=${2:?}; shift ;;
+	--steps) STEPS=,${2:?},; shift ;;
 	-h | --help) sed -n '2,/^set -eu/p' "$0" | sed 's/^# \{0,1\}//; /^set -eu/d'; exit 0 ;;
 	*) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
@@ -83,6 +101,7 @@ ROWS=()
 step() {
 	local name=$1 t=$2 log st rc=0 t0 t1 note secs
 	shift 2
+	[ -z "$STEPS" ] || [ "$name" = build ] || case $STEPS in *,"$name",*) ;; *) return 0 ;; esac
 	NSTEP=$((NSTEP + 1))
 	log=$OUT/$(printf '%02d' "$NSTEP")-$name.log
 	echo "== [$NSTEP] $name (timeout ${t}s) -> $log"
@@ -463,24 +482,49 @@ gpu_used() {
 	nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${DEV#cuda:}" 2>/dev/null
 }
 
+# devmem_context SRC MP: "MIB HOW", the CUDA context alone: the device memory
+# of a daemon whose ring is 4 KiB, mounted over SRC on MP and unmounted.
+# HOW is pid (nvidia-smi lists the daemon's pid) or gpu (another pid
+# namespace: nvidia-smi lists host pids, so the GPU's memory.used before and
+# after). Nothing is printed when the mount fails; its messages go to stderr.
+devmem_context() {
+	local before m how=pid
+	before=$(gpu_used)
+	mount_ckpt "$1" "$2" "buffer_size=4K,device=$DEV" >&2 || return 1
+	sleep 1
+	m=$(gpu_mem_of "$DPID")
+	if [ -z "$m" ]; then
+		how=gpu
+		m=$(($(gpu_used) - before))
+	fi
+	unmount "$2" >&2
+	echo "$m $how"
+}
+
+# devmem_limit CONTEXT_MIB RING_BYTES: what a daemon may hold, in MiB: its
+# context, its ring rounded up to 2 MiB, 8 MiB of slack.
+devmem_limit() {
+	echo $(($1 + ($2 + (2 << 20) - 1) / (2 << 20) * 2 + 8))
+}
+
+# devmem_watch PID FILE: appends gpu_mem_of PID to FILE every 0.1 s until killed.
+devmem_watch() {
+	while :; do
+		gpu_mem_of "$1" >>"$2"
+		sleep 0.1
+	done
+}
+
 do_devmem() {
-	local base=0 ring mem before after copy method per_pid=1 limit_mib
+	local base=0 ring mem before after copy method per_pid=1 limit_mib how
 	MP=$WORK/mnt
 	[ "$KIND" = cuda ] || { echo "no GPU memory to measure with --device host"; exit 77; }
 	fuse_ok || exit 77
 	command -v nvidia-smi >/dev/null || { echo "nvidia-smi is not installed"; exit 77; }
 	trap 'unmount "$MP"; show_log' EXIT
-	# The CUDA context alone: a daemon whose ring is 4 KiB.
-	before=$(gpu_used)
-	mount_ckpt "$WORK/seed.safetensors" "$MP" "buffer_size=4K,device=$DEV"
-	sleep 1
-	base=$(gpu_mem_of "$DPID")
-	if [ -z "$base" ]; then
-		# Another pid namespace: nvidia-smi lists host pids. Use the whole GPU's use.
-		per_pid=0
-		base=$(($(gpu_used) - before))
-	fi
-	unmount "$MP"
+	read -r base how <<<"$(devmem_context "$WORK/seed.safetensors" "$MP")"
+	[ -n "$base" ] || { echo "the daemon with a 4 KiB ring did not mount"; exit 1; }
+	[ "$how" = pid ] || per_pid=0
 	sleep 1
 	before=$(gpu_used)
 	mount_ckpt "$WORK/llama" "$MP" "buffer_size=64M,device=$DEV"
@@ -500,7 +544,7 @@ do_devmem() {
 	# driver may count that mapping for the daemon too, so it is reported only.
 	"$BUILD/tools/placefs-stage" --mode copy -q --all "$MP" | tail -n 1
 	if [ "$per_pid" -eq 1 ]; then copy=$(gpu_mem_of "$DPID"); else copy=$(($(gpu_used) - before)); fi
-	limit_mib=$((base + (ring + (2 << 20) - 1) / (2 << 20) * 2 + 8))
+	limit_mib=$(devmem_limit "$base" "$ring")
 	echo "method: $method"
 	echo "CUDA context (a daemon with a 4 KiB ring): $base MiB"
 	echo "ring: $ring bytes ($((ring >> 20)) MiB)"
@@ -541,9 +585,97 @@ do_gpu_smoke() {
 	sh "$ROOT/tests/py/gpu-smoke.sh" "$BUILD"
 }
 
+# Tensor-parallel slices (issue #16) on the one device: tests/py/slices_gpu.py
+# stages and checks each phase (placefs-stage --slice or load_state_dict with
+# shard=, copy or borrow, every rank of the world); on a cuda device
+# devmem_watch samples the daemon's device memory meanwhile.
+do_slices() {
+	local src=$WORK/tp shape=8:1024:2816:32000 limit=32M dev=cpu world phase what mode arg out
+	local ctx='' how='' lim='' ring samples peak now x extra=0 pb=0 pc=0 sw=0
+	MP=$WORK/mnt
+	watch=
+	fuse_ok || exit 77
+	if [ "$KIND" = cuda ]; then
+		python3 -c 'import torch, safetensors; assert torch.cuda.is_available()' 2>/dev/null ||
+			{ echo "NOTE: torch with CUDA or safetensors missing"; exit 77; }
+		dev=$DEV
+	fi
+	[ "$SIZE" = large ] || { shape=2:256:704:1024; limit=384K; }
+	rm -rf "$src"
+	B_MKCKPT -q --llama "$shape" --shards 4 --index "$src"
+	B_MKCKPT -q --tensor one:F32:4 "$WORK/one.safetensors"
+	echo "checkpoint: --llama $shape, $(du -sb "$src" | cut -f1) bytes; staging limit $limit"
+	export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
+	trap '[ -z "$watch" ] || kill "$watch" 2>/dev/null; unmount "$MP"; show_log' EXIT
+	if [ "$KIND" = cuda ] && command -v nvidia-smi >/dev/null; then
+		read -r ctx how <<<"$(devmem_context "$WORK/one.safetensors" "$MP")"
+		[ -n "$ctx" ] || { echo "the daemon with a 4 KiB ring did not mount"; exit 1; }
+		echo "CUDA context (a daemon with a 4 KiB ring): $ctx MiB"
+		[ "$how" = pid ] || { echo "nvidia-smi does not list the daemon's pid: memory not checked"; ctx=; }
+	fi
+	mount_ckpt "$src" "$MP" "buffer_size=$limit,device=$DEV"
+	ring=$(stat_get staging.ring_bytes)
+	[ -z "$ctx" ] || lim=$(devmem_limit "$ctx" "$ring")
+	[ -z "$lim" ] || echo "allowed: context + ring rounded up to 2 MiB + 8 MiB = $lim MiB"
+	for world in 2 4; do
+		for phase in stage-copy stage-borrow loader-copy loader-borrow; do
+			what=${phase%-*}
+			mode=${phase#*-}
+			arg=$dev
+			[ "$what" = loader ] || arg=$BUILD/tools/placefs-stage
+			samples=$OUT/slices-devmem.$world.$phase
+			if [ -n "$lim" ]; then
+				: >"$samples"
+				devmem_watch "$DPID" "$samples" &
+				watch=$!
+			fi
+			out=$(python3 "$ROOT/tests/py/slices_gpu.py" "$what" "$MP" "$src" "$world" "$mode" "$arg") ||
+				{ echo "$out"; echo "slices_gpu.py $what $MP $src $world $mode failed"; exit 1; }
+			echo "$out"
+			x=$(echo "$out" | sed -n 's/^RESULT .* extra=\(-\{0,1\}[0-9]*\)$/\1/p')
+			extra=$((extra + ${x:-0}))
+			[ -n "$watch" ] || continue
+			kill "$watch" 2>/dev/null || true
+			wait "$watch" 2>/dev/null || true
+			watch=
+			peak=$(sort -n "$samples" | tail -n 1)
+			[ -n "$peak" ] || { echo "nvidia-smi did not list the daemon $DPID"; exit 1; }
+			echo "daemon device memory while staging ($phase, world $world):" \
+				"peak $peak MiB of $(wc -l <"$samples") samples"
+			if [ "$mode" = borrow ]; then
+				# Borrowers map the daemon's ring; the daemon imports nothing.
+				[ "$peak" -gt "$pb" ] && pb=$peak
+				[ "$peak" -le "$lim" ] || { echo "peak $peak MiB > $lim MiB in borrow mode"; exit 1; }
+				continue
+			fi
+			# Copy clients' destinations, imported by the daemon (CUDA IPC),
+			# may count for it (the devmem step saw so) until the sweep drops
+			# them once their owner is gone: then it is context + ring again.
+			[ "$peak" -gt "$pc" ] && pc=$peak
+			for _ in $(seq 1 50); do
+				now=$(gpu_mem_of "$DPID")
+				[ "${now:-0}" -le "$lim" ] && break
+				sleep 0.1
+			done
+			echo "after the sweep: $now MiB"
+			[ "${now:-0}" -gt "$sw" ] && sw=$now
+			[ "${now:-0}" -le "$lim" ] || { echo "after copy mode $now MiB > $lim MiB"; exit 1; }
+		done
+	done
+	cat "$MP/.placefs/stats"
+	echo
+	[ "$extra" -eq 0 ] || echo "WARNING: the loader's loads had $extra bytes more read into the" \
+		"ring than they staged (whole tensors prefetched beside the slices)"
+	now="daemon $pb MiB borrow, $pc copy ($sw swept) <= $lim MiB"
+	[ -n "$lim" ] || now="daemon memory not measured"
+	echo "NOTE: world 2+4, stage+loader, copy+borrow byte-exact, stats = slices; loader" \
+		"prefetch +$((extra >> 20)) MiB; $now"
+}
+
 export -f B_MKCKPT fuse_ok is_mounted unmount mount_ckpt show_log stat_get expect_fail \
 	do_build do_unit do_ckpt do_seed do_ioctl do_wrap do_pressure do_concurrent do_llama \
-	gpu_mem_of gpu_used do_devmem do_mount_stage do_python do_gpu_smoke
+	gpu_mem_of gpu_used devmem_context devmem_limit devmem_watch do_devmem do_mount_stage \
+	do_python do_gpu_smoke do_slices
 export JOBS
 
 # ---- run -----------------------------------------------------------------------------------
@@ -575,6 +707,7 @@ step python-loader 400 bash -c 'set -eu; do_python'
 step gpu-smoke 600 bash -c 'set -eu; do_gpu_smoke'
 step hf-parity 300 bash -c 'set -eu; do_hf_parity'
 step views 300 bash -c 'set -eu; do_views'
+step slices 300 bash -c 'set -eu; do_slices'
 
 {
 	echo
