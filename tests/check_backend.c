@@ -830,7 +830,7 @@ static void cuda_ipc_dest_test(void)
 	close(to_child[0]);
 	close(from_child[1]);
 	ck_assert_int_eq(read(from_child[0], h, 64), 64);
-	be = mk("cuda:0", 1 << 20, 1 << 20);
+	be = mk("cuda:0", 1 << 20, 2 << 20);
 	push(be, 0, 0, 1 << 16, 4);
 	placefs_error_clear(&err);
 	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, 64, 4096, 1 << 20, NULL), 0);
@@ -894,12 +894,13 @@ START_TEST(test_cuda)
 		char name[64], spec[32];
 		uint8_t *dst, *buf;
 
-		be = mk("cuda:0", 8 << 20, 1 << 20);
+		be = mk("cuda:0", 8 << 20, 2 << 20);
 		placefs_backend_get_info(be, &info);
 		ck_assert_int_eq(info.device.kind, PLACEFS_DEVICE_CUDA);
 		ck_assert_int_eq(info.device.index, 0);
 		ck_assert_uint_eq(info.ring_bytes, 8 << 20);
-		ck_assert_uint_eq(info.nchunks, 16);
+		ck_assert_uint_eq(info.nchunks, 32);
+		ck_assert_uint_eq(info.chunk_bytes, 65536);
 		ck_assert_uint_eq(info.handle_kind, PLACEFS_IOC_HANDLE_CUDA_IPC);
 		ck_assert_uint_eq(info.handle_bytes, 64);
 		ck_assert_ptr_nonnull(strstr(info.name, "cuda:0 ("));
