@@ -17,7 +17,9 @@
 . "$(dirname "$0")/lib.sh"
 
 command -v "$PYTHON" >/dev/null 2>&1 || fail "python3 is required"
-why=$("$PYTHON" -W ignore - 2>&1 <<'EOF'
+# can_build PY: why PY cannot build the package (empty and status 0 when it can).
+can_build() {
+	"$1" -W ignore - 2>&1 <<'EOF'
 import importlib.util
 import sys
 try:
@@ -34,9 +36,24 @@ if v < (70, 1):
     if importlib.util.find_spec("wheel") is None:
         sys.exit("setuptools %s without the wheel package" % setuptools.__version__)
 EOF
-) || {
-	echo "SKIP: $PYTHON cannot build the package here: $why"
-	exit 77
+}
+# The python3 first on PATH may be a private build without the distribution's
+# setuptools and wheel (pyenv): then the distribution's own interpreter, which
+# the packages CI installs serve, is the one a user installs with.
+why=$(can_build "$PYTHON") || {
+	for alt in /usr/bin/python3 /usr/local/bin/python3; do
+		[ -x "$alt" ] && [ "$alt" != "$(command -v "$PYTHON")" ] || continue
+		if can_build "$alt" >/dev/null; then
+			echo "note: $PYTHON cannot build the package ($why); using $alt"
+			PYTHON=$alt
+			why=
+			break
+		fi
+	done
+	if [ -n "$why" ]; then
+		echo "SKIP: $PYTHON cannot build the package here: $why"
+		exit 77
+	fi
 }
 
 cd "$TMP" || fail "cd $TMP"
