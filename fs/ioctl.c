@@ -28,6 +28,8 @@
 
 /* GPU tensors handed to the prefetcher after each stage, and when to hand on more. */
 #define HINT_WINDOW PLACEFS_STAGE_PREFETCH_MAX
+/* No prefetch hints this long after a sliced stage (hint_sliced()). */
+#define SLICED_QUIET_NS (2ULL * 1000 * 1000 * 1000)
 /* How often the watcher looks whether the session is ending. */
 #define WATCH_NS (100ULL * 1000 * 1000)
 /* Every this many looks it drops the cached copy destinations nobody can use. */
@@ -146,6 +148,7 @@ struct placefs_ioctl {
 		size_t hint_lo; /* the hint list is gpu[hint_lo, hint_hi) */
 		size_t hint_hi;
 		size_t last_pos;      /* the GPU position staged last */
+		uint64_t sliced_ns;   /* placefs_clock_ns() of the last sliced stage, 0: none */
 	} hints[PLACEFS_DEVICES_MAX]; /* per stager: each device's loader walks its own way */
 
 	pthread_mutex_t lock; /* the in-flight list, `detached`, `closing` */
@@ -330,6 +333,12 @@ static void hint_after(struct placefs_ioctl *fs, unsigned spos, size_t entry)
 	if (pos == SIZE_MAX || !fs->m->opts->prefetch || spos >= fs->nst)
 		return;
 	pthread_mutex_lock(&fs->hint_lock);
+	if (fs->hints[spos].sliced_ns &&
+	    placefs_clock_ns() - fs->hints[spos].sliced_ns < SLICED_QUIET_NS) {
+		/* A tensor-parallel loader: see hint_sliced(). */
+		pthread_mutex_unlock(&fs->hint_lock);
+		return;
+	}
 	if (fs->hints[spos].hinted && pos == fs->hints[spos].last_pos + 1 &&
 	    pos < fs->hints[spos].hint_lo + HINT_WINDOW / 2 && pos < fs->hints[spos].hint_hi) {
 		fs->hints[spos].last_pos = pos;
@@ -361,6 +370,31 @@ static void hint_after(struct placefs_ioctl *fs, unsigned spos, size_t entry)
 	}
 	pthread_mutex_unlock(&fs->hint_lock);
 	free(items);
+}
+
+/*
+ * A sliced stage on stager spos: its loader keeps a part of each tensor, so
+ * the whole tensors the prefetcher would stage after a neighbour are bytes
+ * nobody asks for (rank 0 of 8 read 4.6 GB beside its 2.2 GB). The hint
+ * list is dropped and no new one is given for SLICED_QUIET_NS after the
+ * last sliced stage; whole-tensor loads hint again after that.
+ */
+static void hint_sliced(struct placefs_ioctl *fs, unsigned spos)
+{
+	struct placefs_error err;
+	bool had;
+
+	if (!fs->m->opts->prefetch || spos >= fs->nst)
+		return;
+	pthread_mutex_lock(&fs->hint_lock);
+	had = fs->hints[spos].hinted;
+	fs->hints[spos].hinted = false;
+	fs->hints[spos].sliced_ns = placefs_clock_ns();
+	if (had) {
+		placefs_error_clear(&err);
+		(void)placefs_stager_prefetch(placefs_stagers_at(fs->ss, spos), NULL, 0, &err);
+	}
+	pthread_mutex_unlock(&fs->hint_lock);
 }
 
 /* ---- shared-host limits ------------------------------------------------------------ */
@@ -710,6 +744,8 @@ static void run_stage(struct sreq *r)
 	}
 	if (io->mode != PLACEFS_IOC_STAGE_READ && !r->sliced)
 		hint_after(fs, r->pos, r->entry);
+	else if (io->mode != PLACEFS_IOC_STAGE_READ)
+		hint_sliced(fs, r->pos);
 }
 
 static void *detached_main(void *arg)
