@@ -76,6 +76,15 @@ for k in sys.argv[2].split("."):
 print(v if not isinstance(v, dict) else "")
 PY
 }
+# row_env THREADS VAR=VALUE: a row's daemon environment (in the row's subshell).
+row_env() {
+	if [ -n "$1" ] && [ "$1" != 0 ]; then
+		export PLACEFS_STAGE_IO_THREADS="$1"
+	fi
+	if [ -n "$2" ]; then
+		export "${2?}"
+	fi
+}
 # mount_opts LIMIT ZC HB: the -o argument of one configuration.
 mount_opts() {
 	_o="device=${BENCH_DEVICE:-cuda:0},host_buffer=$3"
@@ -128,12 +137,7 @@ for c in $configs; do
 	cenv=$(printf '%s' "$c" | cut -d: -f5)
 	opts=$(mount_opts "$limit" "$zc" "$hb")
 	(
-		if [ -n "$thr" ] && [ "$thr" != 0 ]; then
-			export PLACEFS_STAGE_IO_THREADS="$thr"
-		fi
-		if [ -n "$cenv" ]; then
-			export "${cenv?}"
-		fi
+		row_env "$thr" "$cenv"
 		mkdir -p "$mnt"
 		# The first small gpu-placed tensor in plan order (a norm), from the plan.
 		if [ "$limit" = none ]; then
@@ -209,12 +213,7 @@ for c in $loader; do
 	opts=$(mount_opts "$limit" "$zc" "$hb")
 	mkdir -p "$mnt"
 	lines=$(
-		if [ -n "$thr" ] && [ "$thr" != 0 ]; then
-			export PLACEFS_STAGE_IO_THREADS="$thr"
-		fi
-		if [ -n "$cenv" ]; then
-			export "${cenv?}"
-		fi
+		row_env "$thr" "$cenv"
 		PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$top/tests/bench/oneshot.py" \
 			"$PLACEFS" "$opts" "$src" "$mnt" --what "${ONESHOT:-load,iter,cpu}"
 	) || { echo "bench: oneshot.py failed for $c" >&2; exit 1; }
