@@ -1180,7 +1180,8 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 
 		return placefs_filler_copy(fs->fill, fd, off, j->dfd, dest_off, n, &fo, err);
 	}
-	if (capped(fs, j->r.uid)) {
+	/* A direct copy takes no ring space, so it counts against no share of it. */
+	if (capped(fs, j->r.uid) && !placefs_stager_is_direct(placefs_stagers_at(fs->ss, j->pos))) {
 		struct user_use *u;
 
 		need = n ? n : 1;
@@ -1290,18 +1291,24 @@ static unsigned batch_run(struct bjob *j, unsigned r)
  * Cuts j's entries into runs: consecutive entries whose tensors follow each
  * other in one shard and whose destinations follow each other too become
  * one range (so a mixture-of-experts layer of small tensors is one read or
- * one stage, not hundreds), up to a cap (copy: a quarter of the ring, at most
- * 64 MiB, so that the ring still overlaps runs; read: 256 MiB). An entry
- * that would fail its checks stays a run of its own.
+ * one stage, not hundreds), up to a cap (copy through the ring: a quarter of
+ * the ring, at most 64 MiB, so that the ring still overlaps runs; a direct
+ * copy, which takes no ring space: the ring (a run is never larger than a
+ * tensor may be), at most 64 MiB; read: 256 MiB). An entry that
+ * would fail its checks stays a run of its own.
  */
 static void batch_runs(struct bjob *j)
 {
 	struct placefs_ioctl *fs = j->r.fs;
 	struct placefs_mount *m = fs->m;
 	struct placefs_ioc_stage_batch *io = j->io;
-	uint64_t cap = io->mode == PLACEFS_IOC_STAGE_READ        ? 256ULL << 20
-	               : fs->info.ring_bytes / 4 < (64ULL << 20) ? fs->info.ring_bytes / 4
-	                                                         : 64ULL << 20;
+	bool direct = io->mode == PLACEFS_IOC_STAGE_COPY &&
+	              placefs_stager_is_direct(placefs_stagers_at(fs->ss, j->pos));
+	uint64_t ring = fs->info.ring_bytes;
+	uint64_t cap = io->mode == PLACEFS_IOC_STAGE_READ ? 256ULL << 20
+	               : direct                   ? (ring < (64ULL << 20) ? ring : 64ULL << 20)
+	               : ring / 4 < (64ULL << 20) ? ring / 4
+	                                          : 64ULL << 20;
 	const struct placefs_tensor *prev = NULL;
 	uint64_t run_bytes = 0, prev_dest = 0;
 	unsigned i;
@@ -1753,6 +1760,9 @@ static const struct placefs_stat staging_rows[] = {
         STAGER("slices.tensors", slices),
         STAGER("slices.bytes", slice_bytes),
         STAGER("slices.strided_read_bytes", strided_read_bytes),
+        STAGER("direct.on", direct),
+        STAGER("direct.stages", direct_stages),
+        STAGER("direct.bytes", direct_bytes),
 };
 
 /*
@@ -1782,6 +1792,8 @@ static const struct placefs_stat device_rows[] = {
         STAGER("slices.tensors", slices),
         STAGER("slices.bytes", slice_bytes),
         STAGER("slices.strided_read_bytes", strided_read_bytes),
+        STAGER("direct.stages", direct_stages),
+        STAGER("direct.bytes", direct_bytes),
 };
 
 /* READ mode (the filler), after the ring's rows; also without a ring. */
@@ -2017,6 +2029,7 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 		cfg.stager.host_buffer = m->opts->host_buffer;
 		cfg.stager.prefetch = m->opts->prefetch;
 		cfg.stager.zero_copy = m->opts->zero_copy;
+		cfg.stager.direct_copy = m->opts->direct_copy;
 		placefs_error_clear(&e);
 		rc = placefs_stagers_create(&cfg, &fs->ss, &e);
 		if (rc != 0 && !m->opts->device_auto) {

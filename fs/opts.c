@@ -30,6 +30,7 @@ struct parse_ctx {
 	char *push_threads;
 	char *max_background;
 	char *zero_copy;
+	char *direct_copy;
 	char *stage_timeout;
 	char *max_waiting;
 	char *user_share;
@@ -67,6 +68,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("push_threads=%s", push_threads),
         CTX_OPT("max_background=%s", max_background),
         CTX_OPT("zero_copy=%s", zero_copy),
+        CTX_OPT("direct_copy=%s", direct_copy),
         CTX_OPT("stage_timeout=%s", stage_timeout),
         CTX_OPT("max_waiting=%s", max_waiting),
         CTX_OPT("user_share=%s", user_share),
@@ -106,7 +108,7 @@ static const char *const own_names[] = {
         "readahead",        "host_buffer", "ring_size",     "push_threads",
         "max_background",   "zero_copy",   "stage_timeout", "max_waiting",
         "user_share",       "noprefetch",  "prefix",        "max_threads",
-        "max_idle_threads",
+        "max_idle_threads", "direct_copy",
 };
 
 /*
@@ -589,6 +591,19 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 			goto out;
 		}
 	}
+	if (ctx.direct_copy) {
+		if (strcmp(ctx.direct_copy, "0") == 0) {
+			o->direct_copy = -1;
+		} else if (strcmp(ctx.direct_copy, "1") == 0) {
+			o->direct_copy = 1;
+		} else {
+			rc = placefs_error_set(
+			        err, -EINVAL, PLACEFS_E_USAGE,
+			        "invalid -o direct_copy value '%s' (expected 0 or 1)",
+			        ctx.direct_copy);
+			goto out;
+		}
+	}
 	if (ctx.push_threads &&
 	    (rc = parse_count(ctx.push_threads, "push_threads", 0, PLACEFS_PUSH_THREADS_MAX,
 	                      &o->push_threads, err)) < 0)
@@ -659,6 +674,7 @@ out:
 	free(ctx.push_threads);
 	free(ctx.max_background);
 	free(ctx.zero_copy);
+	free(ctx.direct_copy);
 	free(ctx.stage_timeout);
 	free(ctx.max_waiting);
 	free(ctx.user_share);
@@ -727,6 +743,8 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           (default 0: pinned memory stays within host_buffer;\n"
 	        "                           1 registers the shards' page cache: faster after the\n"
 	        "                           first pass, slower on it)\n"
+	        "    -o direct_copy=0|1     copy mode: bounce chunks straight into the caller's\n"
+	        "                           memory (default 1); 0 copies through the ring\n"
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
 	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
 	        "    -o max_threads=N       worker threads (default: %d, at most %d)\n"

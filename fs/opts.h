@@ -95,6 +95,7 @@ struct placefs_opts {
 	uint64_t ring_size;    /* -o ring_size=, bytes; 0 = the plan's own ring (lib/plan.h) */
 	int prefetch;          /* 1 unless -o noprefetch */
 	int zero_copy;         /* -o zero_copy=: 0 not given (the stager default), 1 on, -1 off */
+	int direct_copy;       /* -o direct_copy=: 0 not given (the stager default), 1 on, -1 off */
 	unsigned push_threads; /* -o push_threads=, PLACEFS_PUSH_THREADS unless given; 0 = off */
 	enum placefs_read_mode read_mode;
 	uint64_t readahead;      /* bytes; 0 = leave the kernel's default */

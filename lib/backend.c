@@ -644,15 +644,12 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 	return 0;
 }
 
-int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,
-                             const struct placefs_dest *dest, struct placefs_error *err)
+/* Checks dest and the n bytes at its offset; 0 or a negative errno with a message. */
+static int dest_check(const struct placefs_backend *be, const struct placefs_dest *dest, uint64_t n,
+                      struct placefs_error *err)
 {
-	struct placefs__dest_entry *e = NULL;
 	int rc;
 
-	rc = ring_range(be, ring_off, n, err);
-	if (rc != 0)
-		return rc;
 	switch (dest->kind) {
 	case PLACEFS_IOC_HANDLE_HOST_SHM:
 		rc = placefs_backend_shm_name_check(dest->handle, dest->handle_bytes, err);
@@ -681,19 +678,48 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
 		                         "%llu",
 		                         (unsigned long long)dest->offset, (unsigned long long)n,
 		                         (unsigned long long)dest->size);
-	if (n == 0)
-		return 0;
+	return 0;
+}
+
+/* Finds or imports dest's cache entry and takes a reference on it. */
+static int dest_acquire(struct placefs_backend *be, const struct placefs_dest *dest,
+                        struct placefs__dest_entry **out, struct placefs_error *err)
+{
+	int rc;
 
 	pthread_mutex_lock(&be->dest_lock);
 	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
-		rc = dest_get_shm(be, dest, &e, err);
+		rc = dest_get_shm(be, dest, out, err);
 	else
-		rc = dest_get_ipc(be, dest, &e, err);
+		rc = dest_get_ipc(be, dest, out, err);
 	if (rc == 0) {
-		e->refs++;
-		e->stamp = ++be->dest_clock;
+		(*out)->refs++;
+		(*out)->stamp = ++be->dest_clock;
 	}
 	pthread_mutex_unlock(&be->dest_lock);
+	return rc;
+}
+
+static void dest_release(struct placefs_backend *be, struct placefs__dest_entry *e)
+{
+	pthread_mutex_lock(&be->dest_lock);
+	if (--e->refs == 0 && e->detached)
+		dest_drop(be, e);
+	pthread_mutex_unlock(&be->dest_lock);
+}
+
+int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,
+                             const struct placefs_dest *dest, struct placefs_error *err)
+{
+	struct placefs__dest_entry *e = NULL;
+	int rc;
+
+	rc = ring_range(be, ring_off, n, err);
+	if (rc == 0)
+		rc = dest_check(be, dest, n, err);
+	if (rc != 0 || n == 0)
+		return rc;
+	rc = dest_acquire(be, dest, &e, err);
 	if (rc != 0)
 		return rc;
 
@@ -705,12 +731,75 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
 	else
 		rc = be->ops->ring_to_device(be, ring_off, (uint8_t *)e->ptr + dest->offset, n,
 		                             err);
-
-	pthread_mutex_lock(&be->dest_lock);
-	if (--e->refs == 0 && e->detached)
-		dest_drop(be, e);
-	pthread_mutex_unlock(&be->dest_lock);
+	dest_release(be, e);
 	return rc;
+}
+
+struct placefs_backend_target {
+	struct placefs__dest_entry *e;
+	uint32_t kind;
+	uint64_t lo, hi; /* the destination bytes this target may write */
+};
+
+int placefs_backend_target_open(struct placefs_backend *be, const struct placefs_dest *dest,
+                                uint64_t n, struct placefs_backend_target **out,
+                                struct placefs_error *err)
+{
+	struct placefs_backend_target *t;
+	int rc;
+
+	*out = NULL;
+	rc = dest_check(be, dest, n, err);
+	if (rc != 0)
+		return rc;
+	if (dest->kind == PLACEFS_IOC_HANDLE_CUDA_IPC && !be->ops->chunk_to_device)
+		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+		                         "%s cannot copy into a CUDA IPC destination",
+		                         be->info.name);
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	rc = dest_acquire(be, dest, &t->e, err);
+	if (rc != 0) {
+		free(t);
+		return rc;
+	}
+	t->kind = dest->kind;
+	t->lo = dest->offset;
+	t->hi = dest->offset + n;
+	*out = t;
+	return 0;
+}
+
+int placefs_backend_chunk_to_target(struct placefs_backend *be, unsigned i,
+                                    struct placefs_backend_target *t, uint64_t off, uint64_t n,
+                                    struct placefs_error *err)
+{
+	if (i >= be->info.nchunks || n > be->info.chunk_bytes)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: chunk %u with %llu bytes is not a valid bounce chunk",
+		                         be->info.name, i, (unsigned long long)n);
+	if (!t || off < t->lo || off > t->hi || n > t->hi - off)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: destination range %llu+%llu is outside the range "
+		                         "opened",
+		                         be->info.name, (unsigned long long)off,
+		                         (unsigned long long)n);
+	if (n == 0)
+		return 0;
+	if (t->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
+		return placefs__pwrite_dest(t->e->fd,
+		                            be->host_buf + (uint64_t)i * be->info.chunk_bytes, n,
+		                            off, "destination shm", err);
+	return be->ops->chunk_to_device(be, i, (uint8_t *)t->e->ptr + off, n, err);
+}
+
+void placefs_backend_target_close(struct placefs_backend *be, struct placefs_backend_target *t)
+{
+	if (!t)
+		return;
+	dest_release(be, t->e);
+	free(t);
 }
 
 int placefs_backend_dest_device(struct placefs_backend *be, const struct placefs_dest *dest,
@@ -730,20 +819,11 @@ int placefs_backend_dest_device(struct placefs_backend *be, const struct placefs
 		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
 		                         "%s cannot copy into a CUDA IPC destination",
 		                         be->info.name);
-	pthread_mutex_lock(&be->dest_lock);
-	rc = dest_get_ipc(be, dest, &e, err);
-	if (rc == 0) {
-		e->refs++;
-		e->stamp = ++be->dest_clock;
-	}
-	pthread_mutex_unlock(&be->dest_lock);
+	rc = dest_acquire(be, dest, &e, err);
 	if (rc != 0)
 		return rc;
 	rc = be->ops->ptr_device(be, e->ptr, &device, err);
-	pthread_mutex_lock(&be->dest_lock);
-	if (--e->refs == 0 && e->detached)
-		dest_drop(be, e);
-	pthread_mutex_unlock(&be->dest_lock);
+	dest_release(be, e);
 	if (rc != 0)
 		return rc;
 	out->kind = PLACEFS_DEVICE_CUDA;

@@ -200,6 +200,34 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
                              const struct placefs_dest *dest, struct placefs_error *err);
 
 /*
+ * Direct copies (copy mode without the ring, lib/stage.h): a destination
+ * is opened once per stage, then bounce chunks go straight into it.
+ *
+ * placefs_backend_target_open() checks dest as placefs_backend_copy_out()
+ * does for the n bytes at dest->offset, imports it into the cache (or finds
+ * it there) and holds it until placefs_backend_target_close() (NULL is
+ * accepted). Errors: those of placefs_backend_copy_out()'s checks and
+ * imports, -ENOMEM.
+ *
+ * placefs_backend_chunk_to_target() copies the first n bytes of chunk i to
+ * destination bytes [off, off + n), which must lie inside the range opened
+ * (-EINVAL otherwise, and for a bad chunk or n > chunk_bytes). A CUDA IPC
+ * destination is asynchronous like placefs_backend_chunk_to_ring():
+ * placefs_backend_chunk_poll()/_wait() report it, and the target must stay
+ * open until then. A shm destination is written with pwrite() before the
+ * call returns (-ENOSPC, -EFBIG, -EIO as for copy_out).
+ */
+struct placefs_backend_target;
+
+int placefs_backend_target_open(struct placefs_backend *be, const struct placefs_dest *dest,
+                                uint64_t n, struct placefs_backend_target **out,
+                                struct placefs_error *err);
+int placefs_backend_chunk_to_target(struct placefs_backend *be, unsigned i,
+                                    struct placefs_backend_target *t, uint64_t off, uint64_t n,
+                                    struct placefs_error *err);
+void placefs_backend_target_close(struct placefs_backend *be, struct placefs_backend_target *t);
+
+/*
  * The device a copy-mode destination lives on, for a mount that stages to
  * several (lib/stagers.h routes a copy to the ring of that device): a CUDA
  * IPC destination is imported into this backend's cache as for

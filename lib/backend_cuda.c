@@ -415,6 +415,23 @@ static int cuda_chunk_to_ring(struct placefs_backend *be, unsigned i, uint64_t r
 	return 0;
 }
 
+static int cuda_chunk_to_device(struct placefs_backend *be, unsigned i, void *dptr, uint64_t n,
+                                struct placefs_error *err)
+{
+	struct cuda_priv *cp = be->priv;
+	cudaError_t e;
+
+	cudaSetDevice(cp->device);
+	/* Default kind: the destination may live on another device (UVA). */
+	e = cudaMemcpyAsync(dptr, be->host_buf + (uint64_t)i * be->info.chunk_bytes, n,
+	                    cudaMemcpyDefault, cp->streams[i]);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(cp->events[i], cp->streams[i]);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, cp->device, "cannot start a copy into the destination");
+	return 0;
+}
+
 static int cuda_chunk_poll(struct placefs_backend *be, unsigned i)
 {
 	struct cuda_priv *cp = be->priv;
@@ -664,6 +681,7 @@ const struct placefs_backend_ops placefs__cuda_ops = {
         .ipc_open = cuda_ipc_open,
         .ipc_close = cuda_ipc_close,
         .ring_to_device = cuda_ring_to_device,
+        .chunk_to_device = cuda_chunk_to_device,
         .ptr_device = cuda_ptr_device,
         .map_source = cuda_map_source,
         .unmap_source = cuda_unmap_source,

@@ -49,6 +49,14 @@ struct placefs_backend_ops {
 	int (*ring_to_device)(struct placefs_backend *be, uint64_t ring_off, void *dptr, uint64_t n,
 	                      struct placefs_error *err);
 	/*
+	 * Starts copying the first n bytes of chunk i to device memory at dptr
+	 * (inside an imported IPC destination), like chunk_to_ring: chunk_poll
+	 * and chunk_wait report it. NULL when the backend cannot serve IPC
+	 * destinations.
+	 */
+	int (*chunk_to_device)(struct placefs_backend *be, unsigned i, void *dptr, uint64_t n,
+	                       struct placefs_error *err);
+	/*
 	 * The device ordinal an imported IPC pointer (from ipc_open) lives on;
 	 * NULL when the backend cannot serve IPC destinations.
 	 */

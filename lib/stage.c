@@ -53,6 +53,12 @@ struct job {
 	uint64_t file_off;
 	uint64_t nbytes;
 	uint64_t ring_off;
+	/*
+	 * A direct copy (copy mode without the ring): pieces go to destination
+	 * bytes dest_off + their offset instead of ring_off + it.
+	 */
+	struct placefs_backend_target *tgt;
+	uint64_t dest_off;
 	uint64_t npieces;
 	uint64_t piece_bytes; /* ring bytes per piece (the last may be shorter) */
 	/*
@@ -139,6 +145,8 @@ struct counters {
 	uint64_t slices;
 	uint64_t slice_bytes;
 	uint64_t strided_read_bytes;
+	uint64_t direct_stages;
+	uint64_t direct_bytes;
 };
 
 struct placefs_stager {
@@ -158,6 +166,7 @@ struct placefs_stager {
 	bool stopping;      /* atomic stores: io_spin() polls it unlocked */
 	uint64_t spin_ns;   /* io_spin() window; 0 = off */
 	enum placefs_stage_slice_read slice_read; /* resolved: AUTO means the per-tensor rule */
+	bool direct;                              /* copy mode skips the ring (resolved) */
 
 	struct io_thread *threads;
 	unsigned nthreads;
@@ -498,7 +507,12 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
 	if (rc == 0) {
 		if (!j->strided)
 			CNT_ADD(st, read_bytes, n);
-		rc = placefs_backend_chunk_to_ring(st->be, t->chunks[s], j->ring_off + off, n, &e);
+		if (j->tgt)
+			rc = placefs_backend_chunk_to_target(st->be, t->chunks[s], j->tgt,
+			                                     j->dest_off + off, n, &e);
+		else
+			rc = placefs_backend_chunk_to_ring(st->be, t->chunks[s], j->ring_off + off,
+			                                   n, &e);
 		if (rc != 0)
 			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
 	}
@@ -1081,6 +1095,27 @@ static int slice_read_setting(const struct placefs_stager_config *cfg,
 	return 0;
 }
 
+/* Direct copies: the config's, else $PLACEFS_STAGE_DIRECT ("0" or "1"), else on. */
+static int direct_setting(const struct placefs_stager_config *cfg, bool *out,
+                          struct placefs_error *err)
+{
+	const char *env = getenv("PLACEFS_STAGE_DIRECT");
+
+	*out = true;
+	if (cfg->direct_copy != 0) {
+		*out = cfg->direct_copy > 0;
+		return 0;
+	}
+	if (!env || strcmp(env, "1") == 0)
+		return 0;
+	if (strcmp(env, "0") == 0) {
+		*out = false;
+		return 0;
+	}
+	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+	                         "PLACEFS_STAGE_DIRECT=\"%s\": expected 0 or 1", env);
+}
+
 /*
  * Decides whether zero-copy is on (st->zc made): the backend must have it,
  * and the config (or, by default, $PLACEFS_STAGE_ZERO_COPY) must turn it
@@ -1140,6 +1175,7 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 	enum placefs_stage_slice_read slice_read;
 	unsigned want, i;
 	uint64_t spin_ns = 0;
+	bool direct;
 	int rc;
 
 	*out = NULL;
@@ -1159,11 +1195,15 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 	rc = slice_read_setting(cfg, &slice_read, err);
 	if (rc)
 		return rc;
+	rc = direct_setting(cfg, &direct, err);
+	if (rc)
+		return rc;
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "staging: out of memory");
 	st->spin_ns = spin_ns;
 	st->slice_read = slice_read;
+	st->direct = direct;
 	rc = placefs_backend_create(cfg->device, cfg->ring_bytes, cfg->host_buffer, &st->be, err);
 	if (rc != 0 || !st->be) {
 		free(st);
@@ -1430,6 +1470,96 @@ int placefs_stager_copy_out(struct placefs_stager *st, uint64_t lease,
 	return rc;
 }
 
+/*
+ * Whether a copy-mode stage goes direct: direct copies are on, zero-copy is
+ * off (with it on, shards DMA straight into the ring), and no prefetched
+ * span of the key is there to adopt.
+ */
+static bool use_direct(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
+                       const struct placefs_stage_opts *o)
+{
+	bool pf = false;
+
+	if (!st->direct)
+		return false;
+	(void)fd;
+	(void)file_offset;
+	(void)nbytes;
+	if (st->zc)
+		return false;
+	if (o->key && !(o->slice && !placefs_slice_contiguous(o->slice))) {
+		pthread_mutex_lock(&st->lock);
+		pf = pf_find(st, o->key) != NULL;
+		if (!pf)
+			pf_advance(st, o->key);
+		pthread_mutex_unlock(&st->lock);
+	}
+	return !pf;
+}
+
+/*
+ * A copy-mode stage without the ring: the I/O threads read the tensor (or
+ * slice) into their bounce chunks and copy each chunk straight into the
+ * destination. Nothing waits for ring space and nothing is leased, so the
+ * bytes in flight are bounded by the bounce chunks alone.
+ */
+static int stage_direct(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
+                        const struct placefs_stage_opts *o, const struct placefs_dest *dest,
+                        struct placefs_stage_span *out, struct placefs_error *err)
+{
+	const char *name = o->name ? o->name : "(unnamed)";
+	const struct placefs_slice_layout *slice = o->slice;
+	struct placefs_backend_target *tgt = NULL;
+	uint64_t t0 = placefs_clock_ns();
+	bool strided = false;
+	struct job job;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (fd < 0 || file_offset > (uint64_t)INT64_MAX ||
+	    nbytes > (uint64_t)INT64_MAX - file_offset)
+		return placefs_error_set(
+		        err, -EINVAL, PLACEFS_E_USAGE, "tensor \"%s\": bad file or range %llu+%llu",
+		        name, (unsigned long long)file_offset, (unsigned long long)nbytes);
+	if (slice) {
+		if (placefs_slice_contiguous(slice)) {
+			file_offset += slice->offset;
+		} else {
+			strided = true;
+		}
+		nbytes = slice->nbytes;
+	}
+	if (nbytes > placefs_ring_capacity(st->ring))
+		return placefs_error_set(err, -EFBIG, PLACEFS_E_LIMIT,
+		                         "tensor \"%s\": %llu bytes do not fit the %llu-byte "
+		                         "staging ring",
+		                         name, (unsigned long long)nbytes,
+		                         (unsigned long long)placefs_ring_capacity(st->ring));
+	if (o->cancel && __atomic_load_n(o->cancel, __ATOMIC_ACQUIRE))
+		return placefs_error_set(err, -EINTR, PLACEFS_E_USAGE, "tensor \"%s\": interrupted",
+		                         name);
+	rc = placefs_backend_target_open(st->be, dest, nbytes, &tgt, err);
+	if (rc != 0) {
+		placefs_error_prefix(err, "tensor \"%s\"", name);
+		return rc;
+	}
+	job_init(&job, fd, file_offset, nbytes, 0, st->info.chunk_bytes, 1, name);
+	job.tgt = tgt;
+	job.dest_off = dest->offset;
+	if (strided)
+		job_set_strided(st, &job, slice);
+	rc = job_run(st, &job);
+	placefs_backend_target_close(st->be, tgt);
+	if (rc != 0) {
+		if (err && err->code == 0)
+			*err = job.err;
+		return rc;
+	}
+	out->nbytes = nbytes;
+	out->read_ns = out->total_ns = placefs_clock_ns() - t0;
+	return 0;
+}
+
 int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_offset,
                               uint64_t nbytes, const struct placefs_stage_opts *opts,
                               const struct placefs_dest *dest, struct placefs_stage_span *out,
@@ -1459,6 +1589,17 @@ int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_o
 	if (opts)
 		o = *opts;
 	o.owner = 0; /* the lease never leaves this call */
+	if (use_direct(st, fd, file_offset, nbytes, &o)) {
+		rc = stage_direct(st, fd, file_offset, nbytes, &o, dest, out, err);
+		if (rc != 0) {
+			CNT_ADD(st, errors, 1);
+			return rc;
+		}
+		CNT_ADD(st, direct_stages, 1);
+		CNT_ADD(st, direct_bytes, out->nbytes);
+		count_staged(st, PLACEFS_IOC_STAGE_COPY, opts, nbytes, out->nbytes);
+		return 0;
+	}
 	rc = stage_one(st, fd, file_offset, nbytes, &o, out, err);
 	if (rc != 0) {
 		CNT_ADD(st, errors, 1);
@@ -1521,6 +1662,11 @@ size_t placefs_stager_release_owner(struct placefs_stager *st, uint64_t owner)
 	return n;
 }
 
+int placefs_stager_is_direct(const struct placefs_stager *st)
+{
+	return st->direct && !st->zc;
+}
+
 void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager_stats *out)
 {
 	struct placefs_ring_stats rs;
@@ -1552,6 +1698,9 @@ void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager
 	out->slices = CNT_GET(st, slices);
 	out->slice_bytes = CNT_GET(st, slice_bytes);
 	out->strided_read_bytes = CNT_GET(st, strided_read_bytes);
+	out->direct = (uint64_t)placefs_stager_is_direct(st);
+	out->direct_stages = CNT_GET(st, direct_stages);
+	out->direct_bytes = CNT_GET(st, direct_bytes);
 	if (st->zc) {
 		struct placefs_zerocopy_stats zs;
 

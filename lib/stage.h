@@ -52,6 +52,17 @@
  * the tensor with -EIO otherwise (the pinned pages may be stale); that
  * shard then uses the bounce path too.
  *
+ * Direct copies (on by default; placefs_stager_config.direct_copy): a
+ * copy-mode stage does not go through the ring. The I/O threads read the
+ * tensor into their bounce chunks as above and copy each chunk straight
+ * into the destination (a DMA into the imported CUDA IPC allocation, a
+ * pwrite() into the shm object), so copy mode never waits for ring space,
+ * takes no device memory beyond its destination and needs no device-to-
+ * device copy after the last chunk. The ring's rule still holds: a tensor
+ * (or slice) larger than the ring is -EFBIG, as in the ring path. A stage
+ * whose key has a prefetched span, and every stage while zero-copy is on,
+ * takes the ring path. Off, copy mode is stage + copy-out + release.
+ *
  * Slices (lib/slice.h): a request may name a slice of the tensor
  * (placefs_stage_opts.slice, a layout from placefs_slice_layout()). Then
  * only the slice's bytes are read and land in the ring, compacted, in a
@@ -128,6 +139,11 @@ struct placefs_stager_config {
 	 * serve every device (lib/stagers.h); that stager must outlive this one.
 	 */
 	struct placefs_zerocopy *zero_copy_shared;
+	/*
+	 * Direct copies: 0 = default, $PLACEFS_STAGE_DIRECT ("0" or "1";
+	 * anything else is -EINVAL), else on; > 0 on; < 0 off.
+	 */
+	int direct_copy;
 };
 
 /* Per-request options; a NULL pointer means all defaults. */
@@ -197,6 +213,10 @@ struct placefs_stager_stats {
 	uint64_t slices;             /* slice stages that succeeded (in staged[] too) */
 	uint64_t slice_bytes;        /* their bytes (in staged_bytes[] too) */
 	uint64_t strided_read_bytes; /* bytes pread for strided slices (in read_bytes too) */
+	/* Direct copies (see "Direct copies" above). */
+	uint64_t direct;        /* 1 when copy mode goes direct */
+	uint64_t direct_stages; /* copy-mode stages that went direct (in staged[] too) */
+	uint64_t direct_bytes;  /* their bytes (in staged_bytes[] too) */
 };
 
 /*
@@ -236,7 +256,10 @@ int placefs_stager_copy_out(struct placefs_stager *st, uint64_t lease,
 
 /*
  * Copy mode: checks dest bounds first (-EINVAL before any I/O), stages,
- * copies out, releases. out->lease is 0 on return.
+ * copies out, releases; or, as a direct copy, reads into the bounce chunks
+ * and copies them into dest (out->wait_ns and copy_ns are then 0).
+ * out->lease is 0 on return. Errors: those of placefs_stager_stage() and
+ * placefs_backend_copy_out().
  */
 int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_offset,
                               uint64_t nbytes, const struct placefs_stage_opts *opts,
@@ -281,6 +304,9 @@ void placefs_stager_zero_copy_note(struct placefs_stager *st, char *buf, size_t 
  * when zero-copy is off.
  */
 struct placefs_zerocopy *placefs_stager_zero_copy(const struct placefs_stager *st);
+
+/* 1 when copy-mode stages go direct (see "Direct copies"), else 0. */
+int placefs_stager_is_direct(const struct placefs_stager *st);
 
 /* Counters, read without locks (each field is atomic on its own). */
 void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager_stats *out);

@@ -273,7 +273,7 @@ void placefs_stagers_stats(const struct placefs_stagers *s, struct placefs_stage
 	uint64_t *t = (uint64_t *)total;
 	const uint64_t *o = (const uint64_t *)&one;
 	size_t k, nf = sizeof(*total) / sizeof(uint64_t);
-	uint64_t chunk = 0, zc = 0;
+	uint64_t chunk = 0, zc = 0, direct = 0;
 	struct placefs_stager_stats zs;
 	unsigned i;
 
@@ -287,7 +287,9 @@ void placefs_stagers_stats(const struct placefs_stagers *s, struct placefs_stage
 		if (i == 0)
 			chunk = one.chunk_bytes;
 		zc |= one.zero_copy;
+		direct |= one.direct;
 	}
+	total->direct = direct ? 1 : 0;
 	total->chunk_bytes = chunk;
 	total->zero_copy = zc ? 1 : 0;
 	/* The registry is shared: its counters once (each stager reports all of them). */

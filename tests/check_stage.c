@@ -383,7 +383,10 @@ START_TEST(test_copy_mode_concurrent)
 	unsigned i;
 
 	fx_open(&fx, 20 * MiB);
+	/* Through the ring (test_direct_copy_concurrent: without it). */
+	setenv("PLACEFS_STAGE_DIRECT", "0", 1);
 	st = mk("host", 5 * MiB, 256 * KiB, 3, 0);
+	unsetenv("PLACEFS_STAGE_DIRECT");
 	snprintf(name, sizeof(name), "/placefs-test-%ld-c", (long)getpid());
 	dst = shm_make(name, 20 * MiB);
 	for (i = 0; i < 3; i++) {
@@ -399,6 +402,157 @@ START_TEST(test_copy_mode_concurrent)
 	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], 10);
 	ck_assert_uint_le(ss.ring_high_water, 5 * MiB);
 	ck_assert_uint_eq(ss.ring_used, 0);
+	munmap(dst, 20 * MiB);
+	shm_unlink(name);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
+/*
+ * Direct copies: copy mode lands the exact bytes at the destination's
+ * offset without touching the ring (high water 0, no wait, no lease), in
+ * pieces over several I/O threads and concurrent callers; the ring's rule
+ * still holds (a range larger than the ring is -EFBIG), a destination too
+ * small is -EINVAL before any read, a short read is -EIO; with direct
+ * copies off (config or $PLACEFS_STAGE_DIRECT=0) the same copy goes
+ * through the ring; a bad $PLACEFS_STAGE_DIRECT is refused at create; a
+ * prefetched span of the key is adopted instead of read again.
+ */
+START_TEST(test_direct_copy)
+{
+	struct placefs_stage_opts o = {.name = "model.layers.0.mlp.up_proj.weight"};
+	struct placefs_stager_config cfg = {.device = tu_device("host"),
+	                                    .ring_bytes = 3 * MiB,
+	                                    .host_buffer = 256 * KiB,
+	                                    .io_threads = 3};
+	struct placefs_stager_stats ss;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st = NULL;
+	struct placefs_error err;
+	struct placefs_dest d;
+	struct fixture fx;
+	char name[64];
+	uint8_t *dst;
+	int pass;
+
+	fx_open(&fx, 8 * MiB);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-dc", (long)getpid());
+	dst = shm_make(name, 4 * MiB);
+	for (pass = 0; pass < 3; pass++) {
+		/* 0: direct (the default); 1: off by config; 2: off by the environment. */
+		cfg.direct_copy = pass == 1 ? -1 : 0;
+		if (pass == 2)
+			setenv("PLACEFS_STAGE_DIRECT", "0", 1);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_create(&cfg, &st, &err) == 0, "%s", err.msg);
+		unsetenv("PLACEFS_STAGE_DIRECT");
+		ck_assert_int_eq(placefs_stager_is_direct(st), pass == 0);
+
+		/* 3 MiB - 5 bytes (13 pieces of 256 KiB, the last short) at odd offsets. */
+		memset(dst, 0x5a, 4 * MiB);
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 77, 4 * MiB, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage_copy(st, fx.fd, 12345, 3 * MiB - 5, &o, &d, &sp,
+		                                        &err) == 0,
+		              "%s", err.msg);
+		ck_assert_uint_eq(sp.nbytes, 3 * MiB - 5);
+		ck_assert_uint_eq(sp.lease, 0);
+		ck_assert(memcmp(dst + 77, fx.data + 12345, 3 * MiB - 5) == 0);
+		ck_assert_uint_eq(dst[76], 0x5a);
+		ck_assert_uint_eq(dst[77 + 3 * MiB - 5], 0x5a);
+
+		/* Larger than the ring: -EFBIG either way, nothing written. */
+		placefs_error_clear(&err);
+		ck_assert_int_eq(
+		        placefs_stager_stage_copy(st, fx.fd, 0, 3 * MiB + 1, &o, &d, &sp, &err),
+		        -EFBIG);
+		ck_assert_msg(strstr(err.msg, "do not fit the 3145728-byte staging ring") != NULL,
+		              "%s", err.msg);
+		/* A destination too small: -EINVAL before any read. */
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 4 * MiB - 10, 4 * MiB, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage_copy(st, fx.fd, 0, 11, &o, &d, &sp, &err),
+		                 -EINVAL);
+		ck_assert_msg(strstr(err.msg, "destination too small") != NULL, "%s", err.msg);
+		/* Past the end of the file: -EIO naming the tensor, never wrong bytes handed out. */
+		ck_assert_int_eq(placefs_dest_shm(&d, name, 0, 4 * MiB, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_int_eq(placefs_stager_stage_copy(st, fx.fd, 8 * MiB - MiB, 2 * MiB, &o,
+		                                           &d, &sp, &err),
+		                 -EIO);
+		ck_assert_msg(strstr(err.msg, "model.layers.0.mlp.up_proj.weight") != NULL, "%s",
+		              err.msg);
+
+		placefs_stager_stats(st, &ss);
+		ck_assert_uint_eq(ss.direct, pass == 0);
+		ck_assert_uint_eq(ss.direct_stages, pass == 0 ? 1 : 0);
+		ck_assert_uint_eq(ss.direct_bytes, pass == 0 ? 3 * MiB - 5 : 0);
+		ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], 1);
+		ck_assert_uint_eq(ss.errors, 3);
+		ck_assert_uint_eq(ss.ring_used, 0);
+		ck_assert_uint_eq(ss.leases, 0);
+		if (pass == 0)
+			ck_assert_uint_eq(ss.ring_high_water, 0);
+		else
+			ck_assert_uint_ge(ss.ring_high_water, 3 * MiB - 5);
+		placefs_stager_free(st);
+		st = NULL;
+	}
+
+	/* A bad $PLACEFS_STAGE_DIRECT is refused at create, naming it. */
+	setenv("PLACEFS_STAGE_DIRECT", "yes", 1);
+	cfg.direct_copy = 0;
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), -EINVAL);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err.msg, "PLACEFS_STAGE_DIRECT=\"yes\"") != NULL, "%s", err.msg);
+	/* The config wins over the environment. */
+	cfg.direct_copy = 1;
+	ck_assert_int_eq(placefs_stager_create(&cfg, &st, &err), 0);
+	unsetenv("PLACEFS_STAGE_DIRECT");
+	ck_assert_int_eq(placefs_stager_is_direct(st), 1);
+	placefs_stager_free(st);
+
+	munmap(dst, 4 * MiB);
+	shm_unlink(name);
+	fx_close(&fx);
+}
+END_TEST
+
+/*
+ * Direct copies from many threads at once into one destination: every
+ * byte lands, the ring is never used, and each stage counts once.
+ */
+START_TEST(test_direct_copy_concurrent)
+{
+	struct copier c[4];
+	pthread_t th[4];
+	struct fixture fx;
+	struct placefs_stager *st;
+	struct placefs_stager_stats ss;
+	char name[64];
+	uint8_t *dst;
+	unsigned i;
+
+	fx_open(&fx, 20 * MiB);
+	st = mk("host", 5 * MiB, 128 * KiB, 4, 0);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-dcc", (long)getpid());
+	dst = shm_make(name, 20 * MiB);
+	for (i = 0; i < 4; i++) {
+		c[i] = (struct copier){.st = st, .fd = fx.fd, .dest = name, .first = i, .step = 4};
+		ck_assert_int_eq(pthread_create(&th[i], NULL, copy_some, &c[i]), 0);
+	}
+	for (i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(c[i].failures, 0);
+	}
+	ck_assert(memcmp(dst, fx.data, 20 * MiB) == 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], 10);
+	ck_assert_uint_eq(ss.direct_stages, 10);
+	ck_assert_uint_eq(ss.direct_bytes, 20 * MiB);
+	ck_assert_uint_eq(ss.ring_high_water, 0);
 	munmap(dst, 20 * MiB);
 	shm_unlink(name);
 	placefs_stager_free(st);
@@ -675,6 +829,60 @@ START_TEST(test_prefetch_hits)
 END_TEST
 
 /* A foreground stage never waits on prefetched bytes nobody asked for. */
+/*
+ * Copy mode with prefetch hints and direct copies: a key whose span was
+ * prefetched is copied out of the ring (no second read), a key with none
+ * goes direct; every byte is right either way.
+ */
+START_TEST(test_direct_copy_adopts_prefetch)
+{
+	struct placefs_prefetch_item items[2];
+	struct placefs_stager_stats ss;
+	struct placefs_stager *st;
+	struct placefs_dest d;
+	struct fixture fx;
+	char name[64];
+	uint8_t *dst;
+	unsigned i;
+
+	fx_open(&fx, 4 * 256 * KiB);
+	st = mk("host", 256 * KiB, 64 * KiB, 2, 1);
+	snprintf(name, sizeof(name), "/placefs-test-%ld-dp", (long)getpid());
+	dst = shm_make(name, MiB);
+	for (i = 0; i < 2; i++)
+		items[i] = (struct placefs_prefetch_item){
+		        .fd = fx.fd, .offset = i * 256 * KiB, .nbytes = 256 * KiB, .key = i + 1};
+	ck_assert_int_eq(placefs_stager_prefetch(st, items, 2, NULL), 0);
+	/* The ring holds one: key 1 is prefetched, key 2 is not. */
+	wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_held), 1);
+	for (i = 0; i < 2; i++) {
+		struct placefs_stage_opts o = {.key = i + 1, .name = "p"};
+		struct placefs_stage_span sp;
+		struct placefs_error err;
+
+		ck_assert_int_eq(placefs_dest_shm(&d, name, i * 256 * KiB, MiB, NULL), 0);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage_copy(st, fx.fd, items[i].offset, items[i].nbytes,
+		                                        &o, &d, &sp, &err) == 0,
+		              "%s", err.msg);
+		/* Key 2 may have been prefetched meanwhile (key 1's space came back). */
+		if (i == 0)
+			ck_assert_int_eq(sp.prefetched, 1);
+	}
+	ck_assert(memcmp(dst, fx.data, 512 * KiB) == 0);
+	placefs_stager_stats(st, &ss);
+	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], 2);
+	/* Each stage either adopted its prefetched span or went direct: never both, never read twice. */
+	ck_assert_uint_ge(ss.prefetch_hits, 1);
+	ck_assert_uint_eq(ss.direct_stages + ss.prefetch_hits, 2);
+	ck_assert_uint_eq(ss.read_bytes, 512 * KiB);
+	munmap(dst, MiB);
+	shm_unlink(name);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
 START_TEST(test_prefetch_yields)
 {
 	struct placefs_prefetch_item items[4];
@@ -1520,7 +1728,7 @@ static uint64_t rnd_next(uint64_t *s)
  * at an odd offset), in each read mode: always the naive slice's bytes, in
  * a span of the slice's size.
  */
-static void slices_random(enum placefs_stage_slice_read mode, uint64_t seed)
+static void slices_random(enum placefs_stage_slice_read mode, uint64_t seed, int direct)
 {
 	static const enum placefs_dtype dts[] = {PLACEFS_DT_U8,  PLACEFS_DT_BF16, PLACEFS_DT_F32,
 	                                         PLACEFS_DT_F64, PLACEFS_DT_F4,   PLACEFS_DT_I16};
@@ -1530,6 +1738,7 @@ static void slices_random(enum placefs_stage_slice_read mode, uint64_t seed)
 	        .host_buffer = 64 * KiB, /* 16 chunks of 4 KiB: many pieces */
 	        .io_threads = 3,
 	        .slice_read = mode,
+	        .direct_copy = direct,
 	};
 	struct placefs_stager_stats ss;
 	struct placefs_stager *st = NULL;
@@ -1623,6 +1832,9 @@ static void slices_random(enum placefs_stage_slice_read mode, uint64_t seed)
 	ck_assert_uint_eq(ss.ring_used, 0);
 	ck_assert_uint_eq(ss.slice_bytes, bytes);
 	ck_assert_uint_eq(ss.staged[0] + ss.staged[1], staged);
+	/* Copies went direct or through the ring, as configured. */
+	ck_assert_uint_eq(ss.direct, direct >= 0);
+	ck_assert_uint_eq(ss.direct_stages, direct >= 0 ? staged / 2 : 0);
 	/* Segments read exactly the slice; rows read at least it. */
 	if (mode == PLACEFS_STAGE_SLICE_SEGMENTS)
 		ck_assert_uint_eq(ss.strided_read_bytes, strided_bytes);
@@ -1636,19 +1848,21 @@ static void slices_random(enum placefs_stage_slice_read mode, uint64_t seed)
 
 START_TEST(test_slices_segments)
 {
-	slices_random(PLACEFS_STAGE_SLICE_SEGMENTS, 0x1234567);
+	slices_random(PLACEFS_STAGE_SLICE_SEGMENTS, 0x1234567, 1);
+	slices_random(PLACEFS_STAGE_SLICE_SEGMENTS, 0x1234568, -1);
 }
 END_TEST
 
 START_TEST(test_slices_rows)
 {
-	slices_random(PLACEFS_STAGE_SLICE_ROWS, 0x7654321);
+	slices_random(PLACEFS_STAGE_SLICE_ROWS, 0x7654321, 1);
+	slices_random(PLACEFS_STAGE_SLICE_ROWS, 0x7654322, -1);
 }
 END_TEST
 
 START_TEST(test_slices_auto)
 {
-	slices_random(PLACEFS_STAGE_SLICE_AUTO, 0xfeedbeef);
+	slices_random(PLACEFS_STAGE_SLICE_AUTO, 0xfeedbeef, 0);
 }
 END_TEST
 
@@ -1764,11 +1978,14 @@ static Suite *stage_suite(void)
 	tcase_add_test(tc, test_end_to_end_host);
 	tcase_add_test(tc, test_backpressure_seed);
 	tcase_add_test(tc, test_copy_mode_concurrent);
+	tcase_add_test(tc, test_direct_copy);
+	tcase_add_test(tc, test_direct_copy_concurrent);
 	tcase_add_test(tc, test_efbig);
 	tcase_add_test(tc, test_short_read_and_bad_fd);
 	tcase_add_test(tc, test_deadline_and_cancel);
 	tcase_add_test(tc, test_leases_and_owners);
 	tcase_add_test(tc, test_prefetch_hits);
+	tcase_add_test(tc, test_direct_copy_adopts_prefetch);
 	tcase_add_test(tc, test_prefetch_yields);
 	tcase_add_test(tc, test_prefetch_yields_to_try);
 	tcase_add_test(tc, test_prefetch_newest_given_back);

@@ -153,8 +153,12 @@ checks = [
     ("staging.dests", a["staging"]["dests"], "==", 0),
     ("staging.ring_high_water <= ring_bytes", a["staging"]["ring_high_water"], "<=",
      a["staging"]["ring_bytes"]),
-    # Every staged tensor's span is given back: by the copy itself, or by the borrower's release.
-    ("staging.released", d("staging", "released"), "==", staged),
+    # Every span is given back: by the copy itself, or by the borrower's release.
+    # Direct copies (copy mode without the ring) hold none.
+    ("staging.released", d("staging", "released"), "==",
+     staged - d("staging", "direct", "stages")),
+    ("staging.direct.stages <= copies", d("staging", "direct", "stages"), "<=",
+     d("staging", "staged", "copy", "tensors")),
 ]
 bad = 0
 for name, got, op, want in checks:
