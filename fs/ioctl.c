@@ -1095,10 +1095,12 @@ static void batch_unqueue(struct placefs_ioctl *fs, struct bjob *j)
 /*
  * Checks entry i of j on its own (the tensor, the destination range, the
  * caller's right to its shard, the shard's health); sets its nbytes and
- * *tp. 0 or a negative errno with a message.
+ * *tp. *healthy: the shard whose health this run has checked already (-1:
+ * none yet); the entries of a run share one shard, and the check costs two
+ * stat calls. 0 or a negative errno with a message.
  */
 static int entry_check(struct bjob *j, unsigned i, const struct placefs_tensor **tp,
-                       struct placefs_error *err)
+                       int64_t *healthy, struct placefs_error *err)
 {
 	struct placefs_ioctl *fs = j->r.fs;
 	struct placefs_mount *m = fs->m;
@@ -1138,11 +1140,16 @@ static int entry_check(struct bjob *j, unsigned i, const struct placefs_tensor *
 		return placefs_error_set(err, -EACCES, PLACEFS_E_USAGE,
 		                         "uid %u may not read the shard of tensor \"%s\"",
 		                         (unsigned)j->r.uid, t->name);
-	rc = placefs_mount_shard_ok(m, t->shard);
-	if (rc < 0)
-		return placefs_error_set(err, rc, PLACEFS_E_IO,
-		                         "tensor \"%s\": its shard is not as it was at mount (%s)",
-		                         t->name, strerror(-rc));
+	if (*healthy != (int64_t)t->shard) {
+		rc = placefs_mount_shard_ok(m, t->shard);
+		if (rc < 0)
+			return placefs_error_set(
+			        err, rc, PLACEFS_E_IO,
+			        "tensor \"%s\": its shard is not as it was at mount "
+			        "(%s)",
+			        t->name, strerror(-rc));
+		*healthy = (int64_t)t->shard;
+	}
 	*tp = t;
 	return 0;
 }
@@ -1237,11 +1244,12 @@ static unsigned batch_run(struct bjob *j, unsigned r)
 	const struct placefs_tensor *t0 = NULL, *t = NULL;
 	struct placefs_error err;
 	uint64_t bytes = 0;
+	int64_t healthy = -1;
 	int rc = 0, pf = 0;
 
 	placefs_error_clear(&err);
 	for (i = first; i < first + n && rc == 0; i++) {
-		rc = entry_check(j, i, &t, &err);
+		rc = entry_check(j, i, &t, &healthy, &err);
 		if (rc == 0) {
 			if (!t0)
 				t0 = t;

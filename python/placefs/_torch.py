@@ -110,6 +110,66 @@ def typed(torch, t, raw):
                          % (t.name, t.nbytes, t.dtype, list(t.shape), e)) from None
 
 
+def typed_views(torch, flat, tensors, offs):
+    """typed(t, flat[o:o + t.nbytes]) for every t, o of tensors, offs, in bulk.
+
+    flat: a 1-dimensional uint8 tensor holding every tensor at its byte
+    offset (offs[i]); the tensors may not overlap. Tensors of one dtype are
+    cut out of one typed view of flat by a single torch.split(), so each
+    costs one reshape instead of a slice, a dtype view and a reshape: a
+    mixture of experts has tens of thousands of them, and their views are
+    built while the daemon fills flat (the Python thread that builds them
+    holds the GIL the loader's request threads need). Tensors whose offset
+    or size is not a multiple of their dtype's size, or whose dtype torch
+    lacks, take typed() one by one. Returns the list, in the order given.
+    """
+    out = [None] * len(tensors)
+    groups = {}
+    for i, t in enumerate(tensors):
+        g = groups.get(t.dtype)
+        if g is None:
+            g = groups[t.dtype] = []
+        g.append(i)
+    for dname, idx in groups.items():
+        key = (id(torch), dname)
+        hit = _DTYPE_CACHE.get(key)
+        if hit is None:
+            hit = _DTYPE_CACHE[key] = dtype_of(torch, tensors[idx[0]])
+        dt, is_typed = hit
+        size = torch.empty(0, dtype=dt).element_size() if is_typed else 1
+        if not is_typed or any(offs[i] % size or tensors[i].nbytes % size for i in idx):
+            for i in idx:
+                out[i] = typed(torch, tensors[i], flat[offs[i]:offs[i] + tensors[i].nbytes])
+            continue
+        idx.sort(key=lambda i: (offs[i], tensors[i].nbytes))
+        sizes, keep, pos = [], [], 0
+        for i in idx:
+            o = offs[i] // size
+            if o < pos:
+                raise ValueError("tensor %r overlaps the tensor before it in the buffer"
+                                 % tensors[i].name)
+            if o > pos:
+                sizes.append(o - pos)  # a gap or other dtypes' bytes: not kept
+                keep.append(-1)
+            n = tensors[i].nbytes // size
+            sizes.append(n)
+            keep.append(i)
+            pos = o + n
+        base = flat[:pos * size]
+        if dt != torch.uint8:
+            base = base.view(dt)
+        for i, piece in zip(keep, torch.split(base, sizes)):
+            if i < 0:
+                continue
+            t = tensors[i]
+            try:
+                out[i] = piece.view(t.shape)
+            except RuntimeError as e:
+                raise ValueError("tensor %r: %d bytes do not form a %s tensor of shape %r (%s)"
+                                 % (t.name, t.nbytes, t.dtype, list(t.shape), e)) from None
+    return out
+
+
 # ---- the CUDA runtime, for borrowing from a CUDA ring -----------------------------------
 
 

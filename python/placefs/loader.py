@@ -412,6 +412,30 @@ class LoadReport:
         return "\n".join(lines)
 
 
+class _Raw(dict):
+    """name -> a result's flat uint8 bytes (torch tensor, bytes or bytearray).
+
+    Results made in bulk (_Loader._finish_bulk) record only where their bytes
+    lie, (flat, offset, nbytes), and their flat view is cut when asked for
+    (--verify, shard cutting): most loads never ask.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.spans = {}
+
+    def __missing__(self, name):
+        flat, o, n = self.spans[name]
+        return flat[o:o + n]
+
+    def __contains__(self, name):
+        return dict.__contains__(self, name) or name in self.spans
+
+    def clear(self):
+        dict.clear(self)
+        self.spans.clear()
+
+
 class _Loader:
     """One load of a mount: results in checkpoint order plus the raw bytes for --verify."""
 
@@ -428,7 +452,7 @@ class _Loader:
         self.workers = max(1, int(workers))
         self.timeout_ns = timeout_ns
         self.torch = _torch.get()
-        self.raw = {}  # name -> flat uint8 (torch tensor, bytes or bytearray)
+        self.raw = _Raw()  # name -> flat uint8 (torch tensor, bytes or bytearray)
         self.out = {}
         self.report = None
         self._lock = threading.Lock()
@@ -455,6 +479,14 @@ class _Loader:
                     raw = torch.frombuffer(raw, dtype=torch.uint8)
         self.raw[t.name] = raw
         self.out[t.name] = _torch.typed(torch, t, raw)
+
+    def _finish_bulk(self, tensors, offs, flat, device):
+        """_finish() for every tensor at its offset of flat (a uint8 torch tensor), in bulk."""
+        views = _torch.typed_views(self.torch, flat, tensors, offs)
+        spans, out = self.raw.spans, self.out
+        for t, o, v in zip(tensors, offs, views):
+            spans[t.name] = (flat, o, t.nbytes)
+            out[t.name] = v
 
     # CPU-placed ------------------------------------------------------------------------
 
@@ -499,8 +531,7 @@ class _Loader:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
-            for t, o in zip(tensors, offs):
-                self._finish(t, flat[o:o + t.nbytes], device)
+            self._finish_bulk(tensors, offs, flat, device)
             mem.release()
         else:
             for t, o in zip(tensors, offs):
@@ -571,8 +602,7 @@ class _Loader:
             # Views only (no kernels, nothing touches the bytes): built while the
             # daemon fills buf, so a checkpoint of many small tensors does not
             # pay for them after its last byte landed.
-            for t, o in zip(tensors, offs):
-                self._finish(t, buf[o:o + t.nbytes], where)
+            self._finish_bulk(tensors, offs, buf, where)
 
         with _torch.cuda_ipc_export(buf) as (handle, storage_off, storage_bytes):
             # The handle is of the base of the allocator's segment; the

@@ -42,18 +42,6 @@ res=${OUT:-/tmp}/cold-disk.txt
 say() {
 	printf '%s\n' "$*" | tee -a "$res"
 }
-ratio() {
-	python3 -c "
-import sys
-try:
-    a, b = float(sys.argv[1]), float(sys.argv[2])
-    print('%.2f' % (a / b if b else 0))
-except ValueError:
-    print('-')" "$1" "$2"
-}
-gbps_of() {
-	sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p' | head -n 1
-}
 cold() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches

@@ -85,3 +85,18 @@ now_ns() {
 field() {
 	printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
 }
+# gbps_of: the first "N GB/s" figure of standard input.
+gbps_of() {
+	sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p' | head -n 1
+}
+# ratio A B: A / B to two decimals; "-" when either is missing or not a
+# number (a row that measured nothing), 0 when B is 0.
+ratio() {
+	python3 -c "
+import sys
+try:
+    a, b = float(sys.argv[1]), float(sys.argv[2])
+    print('%.2f' % (a / b if b else 0))
+except ValueError:
+    print('-')" "$1" "$2"
+}

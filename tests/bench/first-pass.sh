@@ -60,12 +60,6 @@ stats=$out/first-pass-stats.txt
 say() {
 	printf '%s\n' "$*" | tee -a "$res"
 }
-gbps_of() {
-	sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p' | head -n 1
-}
-ratio() {
-	python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2]); print('%.2f' % (a/b if b else 0))" "$1" "$2"
-}
 # stat_of MNT KEY.PATH: one value of the mount's .placefs/stats.
 stat_of() {
 	python3 - "$1/.placefs/stats" "$2" <<'PY'

@@ -56,12 +56,6 @@ res=$out/gpu-bench.txt
 say() {
 	printf '%s\n' "$*" | tee -a "$res"
 }
-gbps_of() {
-	sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p' | head -n 1
-}
-ratio() {
-	python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b if b else 0))" "$1" "$2"
-}
 # stage_passes VAR LABEL: placefs-stage --all on $mnt in copy, borrow, copy,
 # borrow mode; the best GB/s of each mode goes to ${VAR}_copy / ${VAR}_borrow.
 stage_passes() {

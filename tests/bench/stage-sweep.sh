@@ -55,14 +55,14 @@ echo "checkpoint: $layers layers, limit $limit, ring ${ring_size:-the limit}"
 best() {
 	b=0
 	for _ in 1 2; do
-		g=$("$PLACEFS_STAGE" --all "$mnt" --mode "$1" -q | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p')
+		g=$("$PLACEFS_STAGE" --all "$mnt" --mode "$1" -q | gbps_of)
 		b=$(python3 -c "print(max(float('$b'), float('${g:-0}')))")
 	done
 	echo "$b"
 }
-ratio() {
-	[ -n "$ceil" ] || { echo -; return; }
-	python3 -c "print('%.2f' % (float('$1') / float('$ceil')))"
+# x_ceil GBPS: against the ceiling of this run ("-" without one).
+x_ceil() {
+	ratio "$1" "$ceil"
 }
 
 printf '%-44s %-7s %-6s %8s %6s %8s %6s\n' env threads hbuf copy x_ceil borrow x_ceil
@@ -92,7 +92,7 @@ for ev in $envs; do
 				} >>"${OUT:-/tmp}/stage-sweep-stats.txt"
 				bench_umount "$mnt"
 				printf '%-44s %-7s %-6s %8s %6s %8s %6s\n' "$ev" "$t" "$hb" "$c" \
-					"$(ratio "$c")" "$b" "$(ratio "$b")"
+					"$(x_ceil "$c")" "$b" "$(x_ceil "$b")"
 			)
 		done
 	done

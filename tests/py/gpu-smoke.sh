@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # gpu-smoke: the package placefs (installed from python/ with make
 # install-python into a temporary DESTDIR) with torch against CUDA mounts (-o device=cuda:0)
-# and, with torch enabled, against host mounts. This is not part of `make
+# and, with torch enabled, against host mounts; first views_bulk_test.py (the
+# loader's bulk views, no mount). This is not part of `make
 # check` (CI has no GPU); run it by hand on a machine with a GPU, torch and
 # /dev/fuse:
 #
@@ -76,6 +77,10 @@ run() {
 	echo "== gpu-smoke: $*"
 	"$PYTHON" "$@" || rc=1
 }
+
+# The loader's bulk views (no mount): on the host and on the GPU.
+run "$S/tests/py/views_bulk_test.py" cpu
+run "$S/tests/py/views_bulk_test.py" cuda:0
 
 mount_it seed.safetensors device=cuda:0,buffer_size=8M
 run "$S/tests/py/gpu_smoke.py" "$MP" seed.safetensors 8388608

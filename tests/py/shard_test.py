@@ -88,6 +88,9 @@ class Shm:
     def read(self, off, n):
         return os.pread(self.fd, n, off)
 
+    def write(self, off, data):
+        os.pwrite(self.fd, data, off)
+
     def close(self):
         os.close(self.fd)
         try:
@@ -285,11 +288,25 @@ def rings(mnt, src):
         held = stage(fd, "borrow", device=0, what="fill ring 0")
         try:
             # Ring 0 is full for another one; ring 1 is not.
-            expect_errno(lambda: stage(fd, "copy", shm.dest(0), device=0, timeout_ns=300000000),
+            expect_errno(lambda: stage(fd, "borrow", device=0, timeout_ns=300000000),
                          errno.ETIMEDOUT, "a second %s on the full ring 0" % big.name)
+            r = stage(fd, "borrow", device=1, timeout_ns=5000000000)
+            check(r.device == 1, "borrow on ring 1 beside a full ring 0: %r" % (r,))
+            release(fd, r.lease)
             r = stage(fd, "copy", shm.dest(0), device=1, timeout_ns=5000000000)
             check(r.device == 1 and shm.read(0, big.nbytes) == ref[big.name][2],
                   "copy on ring 1 beside a full ring 0: %r" % (r,))
+            # A copy needs no ring space while direct copies are on (the default):
+            # it lands beside the full ring 0; through the ring it would time out.
+            if stats(mnt)["direct"]["on"]:
+                shm.write(0, bytes(big.nbytes))
+                r = stage(fd, "copy", shm.dest(0), device=0, timeout_ns=5000000000)
+                check(r.device == 0 and shm.read(0, big.nbytes) == ref[big.name][2],
+                      "direct copy beside the full ring 0: %r" % (r,))
+            else:
+                expect_errno(lambda: stage(fd, "copy", shm.dest(0), device=0,
+                                           timeout_ns=300000000),
+                             errno.ETIMEDOUT, "a copy of %s on the full ring 0" % big.name)
             st = stats(mnt)
             used = [st["devices"][d]["ring_used"] for d in (0, 1)]
             # Ring 1 gave the copy's span back (prefetch may hold the small next ones).
@@ -303,9 +320,12 @@ def rings(mnt, src):
             want = cut(shape, data, *part)
             check(big.nbytes + len(want) + 512 <= m.ring_bytes,
                   "test: the slice does not fit beside the lease")
-            r = stage(fd, "copy", shm.dest(0), device=0, slice=part, timeout_ns=5000000000)
-            check(r.nbytes == len(want) and shm.read(0, len(want)) == want,
-                  "a slice beside the lease on ring 0: %r" % (r,))
+            got = bytearray(len(want))
+            with m.borrow(big.name, 5000000000, slice=part, device=0) as b:
+                check(b.result.nbytes == len(want), "a slice beside the lease on ring 0: %r"
+                      % (b.result,))
+                b.copy_to(memoryview(got))
+            check(bytes(got) == want, "a slice beside the lease on ring 0: bytes differ")
             check(stats(mnt)["devices"][0]["ring_high_water"] <= m.ring_bytes,
                   "ring 0's high water exceeds its size")
         finally:

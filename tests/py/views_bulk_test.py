@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: MIT
+"""placefs._torch.typed_views against typed(), one tensor at a time (needs torch, no GPU).
+
+  views_bulk_test.py [DEVICE]
+
+Random layouts of mixed dtypes in one flat uint8 buffer: every bulk view
+equals the one-by-one view (dtype, shape, bytes, and that it is a view of
+the buffer, not a copy), for aligned tensors, misaligned ones (which fall
+back to typed()), empty ones, scalars, uint8 and dtypes torch lacks; a
+tensor that overlaps the one before it is a ValueError naming it, as is
+one whose bytes do not form its shape. Run by tests/py/gpu-smoke.sh.
+"""
+
+import random
+import sys
+
+import torch
+
+from placefs import _torch
+
+
+class T:
+    def __init__(self, name, dtype, shape, nbytes):
+        self.name, self.dtype, self.shape, self.nbytes = name, dtype, tuple(shape), nbytes
+
+
+SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "U8": 1, "I64": 8, "I8": 1, "F4": 1,
+         "BOOL": 1}
+
+
+def layout(rng, n, align):
+    ts, offs, pos = [], [], 0
+    for i in range(n):
+        dt = rng.choice(sorted(SIZES))
+        shape = [rng.randint(0, 5) if rng.random() < 0.05 else rng.randint(1, 40)
+                 for _ in range(rng.randint(0, 3))]
+        count = 1
+        for d in shape:
+            count *= d
+        nb = count * SIZES[dt] if dt != "F4" else count
+        pos = (pos + align - 1) // align * align
+        if align == 1 and rng.random() < 0.3:
+            pos += rng.randint(1, 3)  # misaligned: the fallback path
+        ts.append(T("t%d.%s" % (i, dt), dt, shape, nb))
+        offs.append(pos)
+        pos += nb
+    return ts, offs, pos
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL: " + what)
+        sys.exit(1)
+
+
+def main(device):
+    rng = random.Random(1234)
+    for trial in range(40):
+        ts, offs, total = layout(rng, rng.randint(1, 300), rng.choice((1, 8, 64, 256)))
+        flat = torch.randint(0, 256, (max(total, 1),), dtype=torch.uint8, device=device)
+        order = list(range(len(ts)))
+        rng.shuffle(order)  # any order in, the order given out
+        ts = [ts[i] for i in order]
+        offs = [offs[i] for i in order]
+        got = _torch.typed_views(torch, flat, ts, offs)
+        check(len(got) == len(ts), "trial %d: %d views for %d tensors" % (trial, len(got), len(ts)))
+        for t, o, g in zip(ts, offs, got):
+            want = _torch.typed(torch, t, flat[o:o + t.nbytes])
+            check(g.dtype == want.dtype and tuple(g.shape) == tuple(want.shape),
+                  "%s: %s %r, want %s %r" % (t.name, g.dtype, tuple(g.shape), want.dtype,
+                                            tuple(want.shape)))
+            check(g.device == flat.device, "%s: on %s" % (t.name, g.device))
+            if t.nbytes:
+                check(g.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr(),
+                      "%s: not a view of the buffer" % t.name)
+                gb = g.reshape(-1).view(torch.uint8) if g.dtype != torch.bool else \
+                    g.reshape(-1).view(torch.uint8)
+                check(gb.data_ptr() == flat.data_ptr() + o, "%s: at the wrong offset" % t.name)
+                check(torch.equal(gb, flat[o:o + t.nbytes]), "%s: bytes differ" % t.name)
+    # Overlap and a shape that does not fit the bytes are errors naming the tensor.
+    flat = torch.zeros(64, dtype=torch.uint8, device=device)
+    for ts, offs, name in (([T("a", "F32", [4], 16), T("b", "F32", [4], 16)], [0, 8], "b"),
+                           ([T("c", "F32", [5], 16)], [0], "c")):
+        try:
+            _torch.typed_views(torch, flat, ts, offs)
+        except ValueError as e:
+            check(repr(name) in str(e), "error %r does not name %r" % (str(e), name))
+        else:
+            check(False, "no ValueError for tensor %r" % name)
+    print("views_bulk_test: ok (%s)" % device)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
