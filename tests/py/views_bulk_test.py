@@ -38,9 +38,13 @@ def layout(rng, n, align):
         for d in shape:
             count *= d
         nb = count * SIZES[dt] if dt != "F4" else count
-        pos = (pos + align - 1) // align * align
-        if align == 1 and rng.random() < 0.3:
-            pos += rng.randint(1, 3)  # misaligned: the fallback path
+        if align == 1:
+            # Each tensor at a multiple of its own element size only (torch
+            # views nothing else), so 1-byte dtypes land at any offset.
+            a = SIZES[dt] if dt != "F4" else 1
+            pos = (pos + a - 1) // a * a + (rng.randint(0, 3) * a if rng.random() < 0.3 else 0)
+        else:
+            pos = (pos + align - 1) // align * align
         ts.append(T("t%d.%s" % (i, dt), dt, shape, nb))
         offs.append(pos)
         pos += nb
@@ -77,6 +81,18 @@ def main(device):
                     g.reshape(-1).view(torch.uint8)
                 check(gb.data_ptr() == flat.data_ptr() + o, "%s: at the wrong offset" % t.name)
                 check(torch.equal(gb, flat[o:o + t.nbytes]), "%s: bytes differ" % t.name)
+    # A group whose offsets are not all multiples of the element size is viewed
+    # one by one: an F32 tensor at offset 2 beside aligned ones fails as typed() does.
+    flat = torch.zeros(64, dtype=torch.uint8, device=device)
+    ts = [T("u", "F32", [2], 8), T("v", "F32", [2], 8)]
+    for what, fn in (("bulk", lambda: _torch.typed_views(torch, flat, ts, [0, 10])),
+                     ("typed", lambda: _torch.typed(torch, ts[1], flat[10:18]))):
+        try:
+            fn()
+        except ValueError as e:
+            check("'v'" in str(e), "%s: error %r does not name 'v'" % (what, str(e)))
+        else:
+            check(False, "%s: an F32 tensor at offset 10 was viewed" % what)
     # Overlap and a shape that does not fit the bytes are errors naming the tensor.
     flat = torch.zeros(64, dtype=torch.uint8, device=device)
     for ts, offs, name in (([T("a", "F32", [4], 16), T("b", "F32", [4], 16)], [0, 8], "b"),
