@@ -89,6 +89,7 @@ def dtype_of(torch, t):
 
 
 _DTYPE_CACHE = {}
+_ITEMSIZE = {}  # torch dtype -> element size
 
 
 def typed(torch, t, raw):
@@ -136,12 +137,24 @@ def typed_views(torch, flat, tensors, offs):
         if hit is None:
             hit = _DTYPE_CACHE[key] = dtype_of(torch, tensors[idx[0]])
         dt, is_typed = hit
-        size = torch.empty(0, dtype=dt).element_size() if is_typed else 1
-        if not is_typed or any(offs[i] % size or tensors[i].nbytes % size for i in idx):
+        size = _ITEMSIZE.get(dt)
+        if size is None:
+            size = _ITEMSIZE[dt] = torch.empty(0, dtype=dt).element_size()
+        aligned, ordered, prev = is_typed, True, -1
+        for i in idx:
+            o = offs[i]
+            if o % size or tensors[i].nbytes % size:
+                aligned = False
+                break
+            if o < prev:
+                ordered = False
+            prev = o
+        if not aligned:
             for i in idx:
                 out[i] = typed(torch, tensors[i], flat[offs[i]:offs[i] + tensors[i].nbytes])
             continue
-        idx.sort(key=lambda i: (offs[i], tensors[i].nbytes))
+        if not ordered:  # a loader's requests come in buffer order already
+            idx.sort(key=lambda i: (offs[i], tensors[i].nbytes))
         sizes, keep, pos = [], [], 0
         for i in idx:
             o = offs[i] // size
