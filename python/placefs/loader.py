@@ -262,6 +262,9 @@ def _read_into(t, dest, timeout_ns):
     return r
 
 
+# Result views built between two yields of the GIL (see _gpu_copy_cuda).
+VIEW_SLICE = 128
+
 # Tensors this large go one per STAGE request: their round trips cost nothing
 # next to their bytes, and the ring overlaps a few large stages best.
 BATCH_BELOW = 8 << 20
@@ -290,7 +293,7 @@ def _chunks(items, workers):
     return out
 
 
-def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state, landed=None):
+def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
     """One STAGE_BATCH request for chunk ([(tensor, dest_offset)]) into dest.
 
     The daemon runs its entries in parallel, so tens of thousands of small
@@ -332,36 +335,39 @@ def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state, landed=None
                     raise OSError(_errno.EPROTO, "tensor %r: the daemon moved %d bytes, "
                                   "the plan says %d" % (t.name, nb, t.nbytes))
             tick(sum(t.nbytes for t, _ in chunk))
-            if landed is not None:
-                landed(chunk)
             return
     for t, o in chunk:
         single(t, o)
-    if landed is not None:
-        landed(chunk)
 
 
-def _move_all(items, dest, mode, timeout_ns, pool, workers, tick, single, landed=None):
+def _move_all(items, dest, mode, timeout_ns, pool, workers, tick, single, meanwhile=None):
     """Moves [(tensor, dest_offset)] into dest by STAGE_BATCH requests on pool.
 
     Batch entries are whole tensors: slices (shard=) go one by one.
-    landed(chunk): called on the worker that moved a request's [(tensor,
-    dest_offset)], once they all landed.
+    meanwhile: called on this thread once every request is submitted, while
+    they run (see _run_all).
     """
     state = {}
-    _run_all(pool, lambda c: _batch_chunk(c, dest, mode, timeout_ns, tick, single, state,
-                                          landed),
-             _chunks(items, workers))
+    _run_all(pool, lambda c: _batch_chunk(c, dest, mode, timeout_ns, tick, single, state),
+             _chunks(items, workers), meanwhile)
 
 
-def _run_all(pool, fn, items):
+def _run_all(pool, fn, items, meanwhile=None):
     """fn over items on the pool; waits for every call before raising the first error.
 
     Memory handed to the daemon must not be freed or reused while any stage
     into it may still run, so an error never cuts the waiting short.
+    meanwhile(): work of this thread that needs none of the results (building
+    the result views of a destination), done while the pool's requests wait
+    in the daemon; its exception is raised after the wait too.
     """
     futs = [pool.submit(fn, x) for x in items]
     out, first = [], None
+    if meanwhile is not None:
+        try:
+            meanwhile()
+        except BaseException as e:  # noqa: BLE001 - re-raised after the wait
+            first = e
     for f in futs:
         try:
             out.append(f.result())
@@ -596,14 +602,17 @@ class _Loader:
         torch.cuda.synchronize(dev)
         where = str(dev)
 
-        def views(chunk):
-            # Views only (no kernels, nothing touches the bytes), built by the
-            # worker whose request just landed, while the others' requests are
-            # in the daemon: a checkpoint of many small tensors does not pay
-            # for them after its last byte landed, and no thread holds the GIL
-            # for all of them while the workers wait for it between requests.
-            self._finish_bulk([t for t, _ in chunk], [o - storage_off for _, o in chunk], buf,
-                              where)
+        def views():
+            # Views only (no kernels, nothing touches the bytes): built while the
+            # daemon fills buf, so a checkpoint of many small tensors does not
+            # pay for them after its last byte landed. A slice at a time, letting
+            # go of the GIL between slices: a worker whose request came back
+            # waits for the GIL, and with it the next request, until then (the
+            # interpreter's own switch comes only every 5 ms).
+            for a in range(0, len(tensors), VIEW_SLICE):
+                self._finish_bulk(tensors[a:a + VIEW_SLICE], offs[a:a + VIEW_SLICE], buf,
+                                  where)
+                time.sleep(0)
 
         with _torch.cuda_ipc_export(buf) as (handle, storage_off, storage_bytes):
             # The handle is of the base of the allocator's segment; the
@@ -613,7 +622,7 @@ class _Loader:
                       Destination.cuda_ipc(handle, 0, size), "copy", self.timeout_ns, pool,
                       self.workers, self._tick,
                       lambda t, o: self._stage_copy_one(t, Destination.cuda_ipc(handle, o, size)),
-                      landed=views)
+                      meanwhile=views)
 
     def _gpu_borrow(self, tensors, pool, device):
         """Borrow mode: lease each tensor, copy it out of the ring, release."""
