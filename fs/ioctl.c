@@ -956,8 +956,13 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 	if (sliced)
 		local.lay = lay;
 
-	/* A capped user's leases and stages in progress: at most -o user_share of the ring. */
-	if (in->mode != PLACEFS_IOC_STAGE_READ && capped(fs, local.uid)) {
+	/*
+	 * A capped user's leases and stages in progress: at most -o user_share
+	 * of the ring. Direct copies take no ring space, so they count for none.
+	 */
+	if (in->mode != PLACEFS_IOC_STAGE_READ && capped(fs, local.uid) &&
+	    !(in->mode == PLACEFS_IOC_STAGE_COPY &&
+	      placefs_stager_is_direct(placefs_stagers_at(fs->ss, local.pos)))) {
 		uint64_t need = sliced ? lay.nbytes : e->tensor->nbytes;
 
 		if (!need)
