@@ -2104,10 +2104,11 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 	         note[0] ? ")" : "");
 	snprintf(fs->log_line, sizeof(fs->log_line),
 	         "staging: %.300s: ring %llu bytes (%s, one allocation%s), host buffer %llu "
-	         "bytes (%s: %u chunks of %s), prefetch %s, zero-copy %s",
+	         "bytes (%s: %u chunks of %s), prefetch %s, direct copies %s, zero-copy %s",
 	         fs->nst == 1 ? fs->info.name : spec, (unsigned long long)fs->info.ring_bytes, ring,
 	         fs->nst == 1 ? "" : " per device", (unsigned long long)fs->info.host_buffer_bytes,
-	         hb, fs->info.nchunks, chunk, m->opts->prefetch ? "on" : "off", zc);
+	         hb, fs->info.nchunks, chunk, m->opts->prefetch ? "on" : "off",
+	         zs.direct ? "on" : "off", zc);
 	snprintf(fs->plan_line, sizeof(fs->plan_line),
 	         "staging: device %.300s, ring %llu bytes (%s%s), host buffer %llu bytes (%s)\n",
 	         fs->nst == 1 ? fs->info.name : spec, (unsigned long long)fs->info.ring_bytes, ring,

@@ -42,7 +42,7 @@ MP=$TMP/mnt
 tmo 20 "$MKCKPT" -q --seed 7 --tensor 'small:F32:262144' --tensor 'large:F32:2359296' \
 	seed.safetensors || fail "mkckpt seed"
 mount_fs seed.safetensors "$MP" -o buffer_size=8388608,device=host
-grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 8388608 bytes \(8 MiB, one allocation\), host buffer 67108864 bytes \(64 MiB: 32 chunks of 2 MiB\), prefetch on, zero-copy off$' \
+grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 8388608 bytes \(8 MiB, one allocation\), host buffer 67108864 bytes \(64 MiB: 32 chunks of 2 MiB\), prefetch on, direct copies on, zero-copy off$' \
 	"$MOUNT_LOG" || fail "no staging line in the log"
 # .placefs/plan is placefs-plan's text plus one staging line; plan.json is untouched.
 tmo 20 "$PLAN" --buffer-size 8388608 seed.safetensors >plan.txt || fail "placefs-plan"
@@ -319,7 +319,7 @@ umount_fs "$MP"
 
 # Two workers: stages beyond one waiting worker run on threads of their own.
 mount_fs multi "$MP" -o buffer_size=2M,device=host,host_buffer=256K,max_threads=2,noprefetch
-grep -q 'host buffer 262144 bytes (256 KiB: 32 chunks of 8 KiB), prefetch off, zero-copy off$' "$MOUNT_LOG" ||
+grep -q 'host buffer 262144 bytes (256 KiB: 32 chunks of 8 KiB), prefetch off, direct copies on, zero-copy off$' "$MOUNT_LOG" ||
 	fail "-o host_buffer=256K,noprefetch not in the log"
 pids=""
 for k in 1 2 3 4; do
@@ -433,7 +433,8 @@ else
 	note "cuda:0 refused: $(cat cuda.out)"
 fi
 for opt in device=cuda:1024 device=cuda:-1 device=gpu host_buffer=1K host_buffer=8G \
-	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M zero_copy=2 zero_copy=on; do
+	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M zero_copy=2 zero_copy=on \
+	direct_copy=2 direct_copy=yes direct_copy=; do
 	st=0
 	tmo 20 "$PLACEFS" -f -o "$opt" seed.safetensors "$MP" >bad.out 2>&1 || st=$?
 	[ "$st" -eq 2 ] || fail "-o $opt: exit $st, expected 2: $(cat bad.out)"
@@ -455,6 +456,45 @@ for zc in 1 0; do
 	umount_fs "$MP"
 done
 note "-o zero_copy=1 and 0 on the host backend: bounce buffers, logged"
+
+# -o direct_copy: copy mode straight into the caller's memory (default, 1) or
+# through the ring (0, or PLACEFS_STAGE_DIRECT=0 without the option): the same
+# bytes either way; only the ring path leases and releases a span, and the
+# option wins over the environment.
+for dc in - 1 0 env0 env0+1; do
+	case $dc in
+	-) o=; e= ;;
+	env0) o=; e=PLACEFS_STAGE_DIRECT=0 ;;
+	env0+1) o=,direct_copy=1; e=PLACEFS_STAGE_DIRECT=0 ;;
+	*) o=,direct_copy=$dc; e= ;;
+	esac
+	[ -z "$e" ] || export "${e?}"
+	mount_fs seed.safetensors "$MP" -o "buffer_size=8M,device=host$o"
+	unset PLACEFS_STAGE_DIRECT
+	case $dc in
+	- | 1 | env0+1) grep -q 'prefetch on, direct copies on, zero-copy' "$MOUNT_LOG" ;;
+	*) grep -q 'prefetch on, direct copies off, zero-copy' "$MOUNT_LOG" ;;
+	esac || fail "direct_copy $dc: the log says $(grep 'staging:' "$MOUNT_LOG")"
+	rel0=$(stat_get "$MP" staging.released)
+	out=$(tmo 30 "$STAGE" --mode copy --verify "$MP/small") || fail "direct_copy $dc: $out"
+	on=$(stat_get "$MP" staging.direct.on)
+	n=$(stat_get "$MP" staging.direct.stages)
+	rel=$(($(stat_get "$MP" staging.released) - rel0))
+	case $dc in
+	- | 1 | env0+1) want_on=1 ;;
+	*) want_on=0 ;;
+	esac
+	[ "$on" = "$want_on" ] || fail "direct_copy $dc: staging.direct.on $on, expected $want_on"
+	if [ "$want_on" = 1 ]; then
+		[ "$n" -ge 1 ] && [ "$rel" -eq 0 ] ||
+			fail "direct_copy $dc: $n direct stages, $rel spans released (expected >= 1, 0)"
+	else
+		[ "$n" -eq 0 ] && [ "$rel" -ge 1 ] ||
+			fail "direct_copy $dc: $n direct stages, $rel spans released (expected 0, >= 1)"
+	fi
+	umount_fs "$MP"
+done
+note "-o direct_copy: default and 1 direct, 0 and PLACEFS_STAGE_DIRECT=0 through the ring, bytes exact"
 
 # Daemonized with staging: returns once the mount is live, stages, unmounts.
 tmo 30 "$PLACEFS" -o buffer_size=8M,device=host seed.safetensors "$MP" ||
