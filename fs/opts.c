@@ -418,6 +418,19 @@ out:
 	return rc;
 }
 
+/* -o NAME=0|1 into *out: -1 (0), 1 (1), untouched when not given (NULL). */
+static int parse_switch(const char *text, const char *name, int *out, struct placefs_error *err)
+{
+	if (!text)
+		return 0;
+	if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) {
+		*out = text[0] == '1' ? 1 : -1;
+		return 0;
+	}
+	return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+	                         "invalid -o %s value '%s' (expected 0 or 1)", name, text);
+}
+
 /* A decimal count for -o NAME= within [min, max], or a usage error naming it. */
 static int parse_count(const char *text, const char *name, unsigned min, unsigned max,
                        unsigned *out, struct placefs_error *err)
@@ -579,31 +592,9 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 		}
 	}
 	o->prefetch = !ctx.noprefetch;
-	if (ctx.zero_copy) {
-		if (strcmp(ctx.zero_copy, "0") == 0) {
-			o->zero_copy = -1;
-		} else if (strcmp(ctx.zero_copy, "1") == 0) {
-			o->zero_copy = 1;
-		} else {
-			rc = placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-			                       "invalid -o zero_copy value '%s' (expected 0 or 1)",
-			                       ctx.zero_copy);
-			goto out;
-		}
-	}
-	if (ctx.direct_copy) {
-		if (strcmp(ctx.direct_copy, "0") == 0) {
-			o->direct_copy = -1;
-		} else if (strcmp(ctx.direct_copy, "1") == 0) {
-			o->direct_copy = 1;
-		} else {
-			rc = placefs_error_set(
-			        err, -EINVAL, PLACEFS_E_USAGE,
-			        "invalid -o direct_copy value '%s' (expected 0 or 1)",
-			        ctx.direct_copy);
-			goto out;
-		}
-	}
+	if ((rc = parse_switch(ctx.zero_copy, "zero_copy", &o->zero_copy, err)) < 0 ||
+	    (rc = parse_switch(ctx.direct_copy, "direct_copy", &o->direct_copy, err)) < 0)
+		goto out;
 	if (ctx.push_threads &&
 	    (rc = parse_count(ctx.push_threads, "push_threads", 0, PLACEFS_PUSH_THREADS_MAX,
 	                      &o->push_threads, err)) < 0)

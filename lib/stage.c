@@ -1282,6 +1282,44 @@ const struct placefs_backend *placefs_stager_backend(const struct placefs_stager
 
 /* ---- staging -------------------------------------------------------------- */
 
+/*
+ * The bytes a stage moves: checks fd and the range, then the slice (if any)
+ * against the tensor, and narrows *file_offset and *nbytes to a contiguous
+ * slice's range or *nbytes to a strided slice's bytes (*strided set); -EFBIG
+ * when they cannot fit the ring. 0 or a negative errno with a message.
+ */
+static int stage_range(struct placefs_stager *st, const char *name, int fd,
+                       const struct placefs_slice_layout *slice, uint64_t *file_offset,
+                       uint64_t *nbytes, bool *strided, struct placefs_error *err)
+{
+	uint64_t cap = placefs_ring_capacity(st->ring);
+	int rc;
+
+	*strided = false;
+	if (fd < 0 || *file_offset > (uint64_t)INT64_MAX ||
+	    *nbytes > (uint64_t)INT64_MAX - *file_offset)
+		return placefs_error_set(
+		        err, -EINVAL, PLACEFS_E_USAGE, "tensor \"%s\": bad file or range %llu+%llu",
+		        name, (unsigned long long)*file_offset, (unsigned long long)*nbytes);
+	if (slice) {
+		rc = placefs_slice_check(name, slice, *nbytes, err);
+		if (rc != 0)
+			return rc;
+		if (placefs_slice_contiguous(slice))
+			*file_offset += slice->offset; /* a range of the tensor: the tensor path */
+		else
+			*strided = true;
+		*nbytes = slice->nbytes;
+	}
+	if (*nbytes > cap)
+		return placefs_error_set(err, -EFBIG, PLACEFS_E_LIMIT,
+		                         "tensor \"%s\": %llu bytes do not fit the %llu-byte "
+		                         "staging ring",
+		                         name, (unsigned long long)*nbytes,
+		                         (unsigned long long)cap);
+	return 0;
+}
+
 static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
                      const struct placefs_stage_opts *opts, struct placefs_stage_span *out,
                      struct placefs_error *err)
@@ -1290,37 +1328,17 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	const struct placefs_slice_layout *slice = opts ? opts->slice : NULL;
 	uint64_t key = opts ? opts->key : 0;
 	uint64_t owner = opts ? opts->owner : 0;
-	uint64_t cap = placefs_ring_capacity(st->ring);
 	uint64_t t0 = placefs_clock_ns(), t1, span_id = 0, ring_off = 0, read_ns = 0;
-	bool strided = false;
+	bool strided;
 	struct job job;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (fd < 0 || file_offset > (uint64_t)INT64_MAX ||
-	    nbytes > (uint64_t)INT64_MAX - file_offset)
-		return placefs_error_set(
-		        err, -EINVAL, PLACEFS_E_USAGE, "tensor \"%s\": bad file or range %llu+%llu",
-		        name, (unsigned long long)file_offset, (unsigned long long)nbytes);
-	if (slice) {
-		rc = placefs_slice_check(name, slice, nbytes, err);
-		if (rc != 0)
-			return rc;
-		if (placefs_slice_contiguous(slice)) {
-			/* A range of the tensor: the whole-tensor path on it. */
-			file_offset += slice->offset;
-			nbytes = slice->nbytes;
-		} else {
-			strided = true;
-			nbytes = slice->nbytes;
-			key = 0; /* a prefetched span holds whole tensors, never these bytes */
-		}
-	}
-	if (nbytes > cap)
-		return placefs_error_set(err, -EFBIG, PLACEFS_E_LIMIT,
-		                         "tensor \"%s\": %llu bytes do not fit the %llu-byte "
-		                         "staging ring",
-		                         name, (unsigned long long)nbytes, (unsigned long long)cap);
+	rc = stage_range(st, name, fd, slice, &file_offset, &nbytes, &strided, err);
+	if (rc != 0)
+		return rc;
+	if (strided)
+		key = 0; /* a prefetched span holds whole tensors, never these bytes */
 
 	pthread_mutex_lock(&st->lock);
 	if (key && pf_adopt(st, key, fd, file_offset, nbytes, &span_id, &ring_off, &read_ns)) {
@@ -1511,30 +1529,14 @@ static int stage_direct(struct placefs_stager *st, int fd, uint64_t file_offset,
 	const struct placefs_slice_layout *slice = o->slice;
 	struct placefs_backend_target *tgt = NULL;
 	uint64_t t0 = placefs_clock_ns();
-	bool strided = false;
+	bool strided;
 	struct job job;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (fd < 0 || file_offset > (uint64_t)INT64_MAX ||
-	    nbytes > (uint64_t)INT64_MAX - file_offset)
-		return placefs_error_set(
-		        err, -EINVAL, PLACEFS_E_USAGE, "tensor \"%s\": bad file or range %llu+%llu",
-		        name, (unsigned long long)file_offset, (unsigned long long)nbytes);
-	if (slice) {
-		if (placefs_slice_contiguous(slice)) {
-			file_offset += slice->offset;
-		} else {
-			strided = true;
-		}
-		nbytes = slice->nbytes;
-	}
-	if (nbytes > placefs_ring_capacity(st->ring))
-		return placefs_error_set(err, -EFBIG, PLACEFS_E_LIMIT,
-		                         "tensor \"%s\": %llu bytes do not fit the %llu-byte "
-		                         "staging ring",
-		                         name, (unsigned long long)nbytes,
-		                         (unsigned long long)placefs_ring_capacity(st->ring));
+	rc = stage_range(st, name, fd, slice, &file_offset, &nbytes, &strided, err);
+	if (rc != 0)
+		return rc;
 	if (o->cancel && __atomic_load_n(o->cancel, __ATOMIC_ACQUIRE))
 		return placefs_error_set(err, -EINTR, PLACEFS_E_USAGE, "tensor \"%s\": interrupted",
 		                         name);

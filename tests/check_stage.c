@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,10 +372,16 @@ static void *copy_some(void *arg)
 	return NULL;
 }
 
-START_TEST(test_copy_mode_concurrent)
+/*
+ * Ten 2 MiB copies from nthreads threads at once into one 20 MiB shm
+ * destination, through a 5 MiB ring (direct: straight into the
+ * destination): every byte lands, each stage counts once, and the ring is
+ * never over-committed (direct copies never touch it).
+ */
+static void copy_concurrent(unsigned nthreads, uint64_t host_buffer, bool direct)
 {
-	struct copier c[3];
-	pthread_t th[3];
+	struct copier c[4];
+	pthread_t th[4];
 	struct fixture fx;
 	struct placefs_stager *st;
 	struct placefs_stager_stats ss;
@@ -382,30 +389,42 @@ START_TEST(test_copy_mode_concurrent)
 	uint8_t *dst;
 	unsigned i;
 
+	ck_assert_uint_le(nthreads, 4);
 	fx_open(&fx, 20 * MiB);
-	/* Through the ring (test_direct_copy_concurrent: without it). */
-	setenv("PLACEFS_STAGE_DIRECT", "0", 1);
-	st = mk("host", 5 * MiB, 256 * KiB, 3, 0);
+	if (!direct)
+		setenv("PLACEFS_STAGE_DIRECT", "0", 1);
+	st = mk("host", 5 * MiB, host_buffer, nthreads, 0);
 	unsetenv("PLACEFS_STAGE_DIRECT");
-	snprintf(name, sizeof(name), "/placefs-test-%ld-c", (long)getpid());
+	snprintf(name, sizeof(name), "/placefs-test-%ld-c%d", (long)getpid(), direct);
 	dst = shm_make(name, 20 * MiB);
-	for (i = 0; i < 3; i++) {
-		c[i] = (struct copier){.st = st, .fd = fx.fd, .dest = name, .first = i, .step = 3};
+	for (i = 0; i < nthreads; i++) {
+		c[i] = (struct copier){
+		        .st = st, .fd = fx.fd, .dest = name, .first = i, .step = nthreads};
 		ck_assert_int_eq(pthread_create(&th[i], NULL, copy_some, &c[i]), 0);
 	}
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < nthreads; i++) {
 		pthread_join(th[i], NULL);
 		ck_assert_int_eq(c[i].failures, 0);
 	}
 	ck_assert(memcmp(dst, fx.data, 20 * MiB) == 0);
 	placefs_stager_stats(st, &ss);
 	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], 10);
-	ck_assert_uint_le(ss.ring_high_water, 5 * MiB);
+	ck_assert_uint_eq(ss.direct_stages, direct ? 10 : 0);
+	ck_assert_uint_eq(ss.direct_bytes, direct ? 20 * MiB : 0);
+	if (direct)
+		ck_assert_uint_eq(ss.ring_high_water, 0);
+	else
+		ck_assert_uint_le(ss.ring_high_water, 5 * MiB);
 	ck_assert_uint_eq(ss.ring_used, 0);
 	munmap(dst, 20 * MiB);
 	shm_unlink(name);
 	placefs_stager_free(st);
 	fx_close(&fx);
+}
+
+START_TEST(test_copy_mode_concurrent)
+{
+	copy_concurrent(3, 256 * KiB, false);
 }
 END_TEST
 
@@ -520,43 +539,10 @@ START_TEST(test_direct_copy)
 }
 END_TEST
 
-/*
- * Direct copies from many threads at once into one destination: every
- * byte lands, the ring is never used, and each stage counts once.
- */
+/* Direct copies from many threads at once into one destination. */
 START_TEST(test_direct_copy_concurrent)
 {
-	struct copier c[4];
-	pthread_t th[4];
-	struct fixture fx;
-	struct placefs_stager *st;
-	struct placefs_stager_stats ss;
-	char name[64];
-	uint8_t *dst;
-	unsigned i;
-
-	fx_open(&fx, 20 * MiB);
-	st = mk("host", 5 * MiB, 128 * KiB, 4, 0);
-	snprintf(name, sizeof(name), "/placefs-test-%ld-dcc", (long)getpid());
-	dst = shm_make(name, 20 * MiB);
-	for (i = 0; i < 4; i++) {
-		c[i] = (struct copier){.st = st, .fd = fx.fd, .dest = name, .first = i, .step = 4};
-		ck_assert_int_eq(pthread_create(&th[i], NULL, copy_some, &c[i]), 0);
-	}
-	for (i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
-		ck_assert_int_eq(c[i].failures, 0);
-	}
-	ck_assert(memcmp(dst, fx.data, 20 * MiB) == 0);
-	placefs_stager_stats(st, &ss);
-	ck_assert_uint_eq(ss.staged[PLACEFS_IOC_STAGE_COPY], 10);
-	ck_assert_uint_eq(ss.direct_stages, 10);
-	ck_assert_uint_eq(ss.direct_bytes, 20 * MiB);
-	ck_assert_uint_eq(ss.ring_high_water, 0);
-	munmap(dst, 20 * MiB);
-	shm_unlink(name);
-	placefs_stager_free(st);
-	fx_close(&fx);
+	copy_concurrent(4, 128 * KiB, true);
 }
 END_TEST
 
