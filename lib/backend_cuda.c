@@ -448,7 +448,7 @@ static int cuda_chunk_wait(struct placefs_backend *be, unsigned i, struct placef
 	cudaSetDevice(cp->device);
 	e = cudaEventSynchronize(cp->events[i]);
 	if (e != cudaSuccess)
-		return cuda_fail(err, e, cp->device, "a copy into the ring failed");
+		return cuda_fail(err, e, cp->device, "a copy out of a bounce chunk failed");
 	return 0;
 }
 
