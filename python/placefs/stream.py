@@ -231,6 +231,10 @@ class _Stream:
         out = []
         if b.kind == "cuda":
             dev = "cuda:%d" % self.dev_index
+            if not self.shard:
+                # Views in bulk (one split per dtype, see _torch.typed_views).
+                views = _torch.typed_views(self.torch, b.buf, b.tensors, b.offs)
+                return [(t.name, v) for t, v in zip(b.tensors, views)]
             for t, o in zip(b.tensors, b.offs):
                 out.append((t.name, self._result(t, b.buf[o:o + t.nbytes], dev)))
             return out
