@@ -90,6 +90,8 @@ def dtype_of(torch, t):
 
 _DTYPE_CACHE = {}
 _ITEMSIZE = {}  # torch dtype -> element size
+# typed_views(): distances tried for a run, to the next this many tensors of its kind.
+RUN_TRIES = 4
 
 
 def typed(torch, t, raw):
@@ -115,71 +117,97 @@ def typed_views(torch, flat, tensors, offs):
     """typed(t, flat[o:o + t.nbytes]) for every t, o of tensors, offs, in bulk.
 
     flat: a 1-dimensional uint8 tensor holding every tensor at its byte
-    offset (offs[i]); the tensors may not overlap. Tensors of one dtype are
-    cut out of one typed view of flat by a single torch.split(), so each
-    costs one reshape instead of a slice, a dtype view and a reshape: a
-    mixture of experts has tens of thousands of them, and their views are
-    built while the daemon fills flat (the Python thread that builds them
-    holds the GIL the loader's request threads need). Tensors whose offset
-    or size is not a multiple of their dtype's size, or whose dtype torch
-    lacks, take typed() one by one. Returns the list, in the order given.
+    offset (offs[i]); tensors of one dtype and shape may not overlap. A
+    mixture of experts has tens of thousands of tensors, most of them in
+    long runs of one shape at a constant distance (expert after expert):
+    each such run becomes one strided view of flat, cut into its tensors by
+    one unbind() in C++, instead of a slice, a dtype view and a reshape per
+    tensor from Python. Tensors that share their dtype and shape with no
+    neighbour at a constant distance are one slice and one view each; empty
+    ones, those whose offset or size is not a multiple of the element size,
+    whose size does not match their shape, or whose dtype torch lacks take
+    typed() one by one (and its errors). Returns the views, in the order
+    given; each equals typed()'s (same dtype, shape, strides and bytes).
     """
     out = [None] * len(tensors)
     groups = {}
     for i, t in enumerate(tensors):
-        g = groups.get(t.dtype)
+        key = (t.dtype, tuple(t.shape))
+        g = groups.get(key)
         if g is None:
-            g = groups[t.dtype] = []
+            g = groups[key] = []
         g.append(i)
-    for dname, idx in groups.items():
+    bases = {}
+    for (dname, shape), idx in groups.items():
         key = (id(torch), dname)
         hit = _DTYPE_CACHE.get(key)
         if hit is None:
             hit = _DTYPE_CACHE[key] = dtype_of(torch, tensors[idx[0]])
         dt, is_typed = hit
-        size = _ITEMSIZE.get(dt)
-        if size is None:
+        size = _ITEMSIZE.get(dt) if is_typed else None
+        if is_typed and size is None:
             size = _ITEMSIZE[dt] = torch.empty(0, dtype=dt).element_size()
-        aligned, ordered, prev = is_typed, True, -1
-        for i in idx:
-            o = offs[i]
-            if o % size or tensors[i].nbytes % size:
-                aligned = False
-                break
-            if o < prev:
-                ordered = False
-            prev = o
-        if not aligned:
+        numel = 1
+        for d in shape:
+            numel *= d
+        n = numel * size if is_typed else 0
+        ok, ordered, prev = n > 0, True, -1
+        if ok:
+            for i in idx:
+                o = offs[i]
+                if o % size or tensors[i].nbytes != n:
+                    ok = False
+                    break
+                if o < prev:
+                    ordered = False
+                prev = o
+        if not ok:
             for i in idx:
                 out[i] = typed(torch, tensors[i], flat[offs[i]:offs[i] + tensors[i].nbytes])
             continue
         if not ordered:  # a loader's requests come in buffer order already
-            idx.sort(key=lambda i: (offs[i], tensors[i].nbytes))
-        sizes, keep, pos = [], [], 0
-        for i in idx:
-            o = offs[i] // size
-            if o < pos:
-                raise ValueError("tensor %r overlaps the tensor before it in the buffer"
-                                 % tensors[i].name)
-            if o > pos:
-                sizes.append(o - pos)  # a gap or other dtypes' bytes: not kept
-                keep.append(-1)
-            n = tensors[i].nbytes // size
-            sizes.append(n)
-            keep.append(i)
-            pos = o + n
-        base = flat[:pos * size]
-        if dt != torch.uint8:
-            base = base.view(dt)
-        for i, piece in zip(keep, torch.split(base, sizes)):
-            if i < 0:
+            idx.sort(key=offs.__getitem__)
+        base = bases.get(dt)
+        if base is None:
+            base = flat[:flat.numel() // size * size]
+            base = bases[dt] = base if dt == torch.uint8 else base.view(dt)
+        first = base.storage_offset()
+        strides, acc = [], 1
+        for d in reversed(shape):
+            strides.append(acc)
+            acc *= d
+        strides = tuple(reversed(strides))
+        # Overlap: within a dtype and shape, each tensor ends before the next begins.
+        for a, b in zip(idx, idx[1:]):
+            if offs[b] - offs[a] < n:
+                raise ValueError("tensor %r overlaps tensor %r in the buffer"
+                                 % (tensors[b].name, tensors[a].name))
+        where = {offs[i]: i for i in idx}
+        done = set()
+        for j, i in enumerate(idx):
+            o = offs[i]
+            if o in done:
                 continue
-            t = tensors[i]
-            try:
-                out[i] = piece.view(t.shape)
-            except RuntimeError as e:
-                raise ValueError("tensor %r: %d bytes do not form a %s tensor of shape %r (%s)"
-                                 % (t.name, t.nbytes, t.dtype, list(t.shape), e)) from None
+            # The longest run from o at one distance, among the distances to the
+            # next few tensors (experts interleave: gate, up, gate, up, ...).
+            best, step = 1, 0
+            for c in idx[j + 1:j + 1 + RUN_TRIES]:
+                d = offs[c] - o
+                k = 1
+                while o + k * d in where and o + k * d not in done:
+                    k += 1
+                if k > best:
+                    best, step = k, d
+            if best == 1:
+                e = o // size
+                out[i] = base[e:e + numel].view(shape)
+                done.add(o)
+                continue
+            run = base.as_strided((best,) + shape, (step // size,) + strides,
+                                  first + o // size)
+            for k, v in enumerate(run.unbind(0)):
+                out[where[o + k * step]] = v
+                done.add(o + k * step)
     return out
 
 

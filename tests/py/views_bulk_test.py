@@ -3,12 +3,15 @@
 
   views_bulk_test.py [DEVICE]
 
-Random layouts of mixed dtypes in one flat uint8 buffer: every bulk view
-equals the one-by-one view (dtype, shape, bytes, and that it is a view of
-the buffer, not a copy), for aligned tensors, misaligned ones (which fall
-back to typed()), empty ones, scalars, uint8 and dtypes torch lacks; a
-tensor that overlaps the one before it is a ValueError naming it, as is
-one whose bytes do not form its shape. Run by tests/py/gpu-smoke.sh.
+Random layouts of mixed dtypes in one flat uint8 buffer, and mixture-of-
+experts layouts (runs of one shape at one distance, interleaved, broken by
+gaps and odd tensors): every bulk view equals the one-by-one view (dtype,
+shape, strides, bytes, and that it is a view of the buffer at the tensor's
+offset, not a copy), for aligned tensors, misaligned ones (which fall back
+to typed()), empty ones, scalars, uint8 and dtypes torch lacks; a tensor
+that overlaps another of its shape is a ValueError naming it, as is one
+whose bytes do not form its shape. Run by tests/py/gpu-smoke.sh, and by
+tests/python-torch.sh where the system python3 has torch.
 """
 
 import random
@@ -51,6 +54,39 @@ def layout(rng, n, align):
     return ts, offs, pos
 
 
+def experts(rng, layers, nexp, align):
+    """A mixture-of-experts layout: per layer a router, then per expert down (H x I),
+    gate and up (I x H) back to back, in name order (0, 1, 10, 100, ...); now and then a
+    gap or an odd tensor between experts, so runs of one shape at one distance break."""
+    h, i_ = rng.choice(((8, 4), (16, 8), (6, 10)))
+    ts, offs, pos = [], [], 0
+
+    def put(name, dt, shape):
+        nonlocal pos
+        count = 1
+        for d in shape:
+            count *= d
+        a = max(align, SIZES[dt])  # torch views a dtype at multiples of its size only
+        pos = (pos + a - 1) // a * a
+        ts.append(T(name, dt, shape, count * SIZES[dt]))
+        offs.append(pos)
+        pos += count * SIZES[dt]
+
+    dt = rng.choice(("BF16", "F32", "F16"))
+    for layer in range(layers):
+        put("l%d.router" % layer, dt, [nexp, h])
+        for e in sorted(range(nexp), key=str):
+            put("l%d.e%d.down" % (layer, e), dt, [h, i_])
+            put("l%d.e%d.gate" % (layer, e), dt, [i_, h])
+            put("l%d.e%d.up" % (layer, e), dt, [i_, h])
+            if rng.random() < 0.05:
+                pos += align * rng.randint(1, 3)  # a gap
+            if rng.random() < 0.03:
+                put("l%d.e%d.bias" % (layer, e), "F32", [h])
+        put("l%d.norm" % layer, dt, [h])
+    return ts, offs, pos
+
+
 def check(cond, what):
     if not cond:
         print("FAIL: " + what)
@@ -59,8 +95,12 @@ def check(cond, what):
 
 def main(device):
     rng = random.Random(1234)
-    for trial in range(40):
-        ts, offs, total = layout(rng, rng.randint(1, 300), rng.choice((1, 8, 64, 256)))
+    for trial in range(60):
+        if trial % 2:
+            ts, offs, total = experts(rng, rng.randint(1, 4), rng.choice((1, 2, 3, 16, 64)),
+                                      rng.choice((1, 8, 64, 256)))
+        else:
+            ts, offs, total = layout(rng, rng.randint(1, 300), rng.choice((1, 8, 64, 256)))
         flat = torch.randint(0, 256, (max(total, 1),), dtype=torch.uint8, device=device)
         order = list(range(len(ts)))
         rng.shuffle(order)  # any order in, the order given out
@@ -70,13 +110,14 @@ def main(device):
         check(len(got) == len(ts), "trial %d: %d views for %d tensors" % (trial, len(got), len(ts)))
         for t, o, g in zip(ts, offs, got):
             want = _torch.typed(torch, t, flat[o:o + t.nbytes])
-            check(g.dtype == want.dtype and tuple(g.shape) == tuple(want.shape),
-                  "%s: %s %r, want %s %r" % (t.name, g.dtype, tuple(g.shape), want.dtype,
-                                            tuple(want.shape)))
+            check(g.dtype == want.dtype and tuple(g.shape) == tuple(want.shape) and
+                  g.stride() == want.stride() and g.is_contiguous() == want.is_contiguous(),
+                  "%s: %s %r strides %r, want %s %r strides %r" % (
+                      t.name, g.dtype, tuple(g.shape), g.stride(), want.dtype,
+                      tuple(want.shape), want.stride()))
             check(g.device == flat.device, "%s: on %s" % (t.name, g.device))
             if t.nbytes:
-                check(g.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr(),
-                      "%s: not a view of the buffer" % t.name)
+                # A view of the buffer, at the tensor's offset (not a copy).
                 gb = g.reshape(-1).view(torch.uint8) if g.dtype != torch.bool else \
                     g.reshape(-1).view(torch.uint8)
                 check(gb.data_ptr() == flat.data_ptr() + o, "%s: at the wrong offset" % t.name)
