@@ -263,7 +263,7 @@ def _read_into(t, dest, timeout_ns):
 
 
 # Result views built between two yields of the GIL (see _gpu_copy_cuda).
-VIEW_SLICE = 128
+VIEW_SLICE = 256
 
 # Tensors this large go one per STAGE request: their round trips cost nothing
 # next to their bytes, and the ring overlaps a few large stages best.
