@@ -1493,17 +1493,11 @@ int placefs_stager_copy_out(struct placefs_stager *st, uint64_t lease,
  * off (with it on, shards DMA straight into the ring), and no prefetched
  * span of the key is there to adopt.
  */
-static bool use_direct(struct placefs_stager *st, int fd, uint64_t file_offset, uint64_t nbytes,
-                       const struct placefs_stage_opts *o)
+static bool use_direct(struct placefs_stager *st, const struct placefs_stage_opts *o)
 {
 	bool pf = false;
 
-	if (!st->direct)
-		return false;
-	(void)fd;
-	(void)file_offset;
-	(void)nbytes;
-	if (st->zc)
+	if (!st->direct || st->zc)
 		return false;
 	if (o->key && !(o->slice && !placefs_slice_contiguous(o->slice))) {
 		pthread_mutex_lock(&st->lock);
@@ -1591,7 +1585,7 @@ int placefs_stager_stage_copy(struct placefs_stager *st, int fd, uint64_t file_o
 	if (opts)
 		o = *opts;
 	o.owner = 0; /* the lease never leaves this call */
-	if (use_direct(st, fd, file_offset, nbytes, &o)) {
+	if (use_direct(st, &o)) {
 		rc = stage_direct(st, fd, file_offset, nbytes, &o, dest, out, err);
 		if (rc != 0) {
 			CNT_ADD(st, errors, 1);
