@@ -16,7 +16,8 @@
  *
  * The result is a lease: the span stays untouched until
  * placefs_stager_release() (or placefs_stager_release_owner()). Copy mode is
- * stage + copy_out + release in one call.
+ * a direct copy by default (below), else stage + copy_out + release in one
+ * call.
  *
  * Prefetch: placefs_stager_prefetch() gives the tensors the loader will ask
  * for next, in order. The prefetch thread stages them into free ring space
