@@ -18,8 +18,12 @@ require_fuse
 
 . "$top_srcdir/tests/pyinstall.sh"
 
+# A python3 whose torch placefs uses (placefs._torch.TORCH_MIN or newer).
 has_torch() {
-	"$1" -c 'import torch' >/dev/null 2>&1
+	"$1" -c 'import sys, torch
+v = torch.__version__.split(".")
+sys.exit(0 if (int(v[0]), int("".join(c for c in v[1] if c.isdigit()) or 0)) >= (1, 13) else 1)' \
+		>/dev/null 2>&1
 }
 if ! has_torch "$PYTHON"; then
 	for alt in /usr/bin/python3 /usr/local/bin/python3; do
@@ -30,7 +34,7 @@ if ! has_torch "$PYTHON"; then
 		fi
 	done
 fi
-has_torch "$PYTHON" || { echo "SKIP: no python3 here imports torch"; exit 77; }
+has_torch "$PYTHON" || { echo "SKIP: no python3 here imports torch 1.13 or newer"; exit 77; }
 PYDIR=$top_srcdir/tests/py
 py_install
 unset PLACEFS_NO_TORCH INSTANTTENSOR_COPY INSTANTTENSOR_BUFFER_SIZE

@@ -23,7 +23,10 @@ version byte, a kind byte, then the 64-byte cudaIpcMemHandle_t), the
 storage's size and offset in bytes, and the name and slot of torch's
 reference-counter shm file (int64 slots after a 64-byte header). The other
 layouts accepted below (the bare 64-byte handle of torch before 2.5, dtypes
-missing before 2.3) are those of older releases and were not rerun. Re-check
+missing before 2.3) are those of older releases and were not rerun on a GPU.
+On the host (no CUDA), torch 1.13 (Debian 12's python3-torch) runs the
+loader's typed and bulk views and its host-mount results in
+tests/python-torch.sh; get() refuses anything older (TORCH_MIN). Re-check
 this module when moving to another torch: tests/py/gpu_smoke.py checks the
 IPC copy and that the load buffer is freed.
 """
@@ -54,7 +57,26 @@ def get():
             _torch_mod = torch
         except ImportError:
             _torch_mod = None
+        if _torch_mod is not None and _version(_torch_mod) < TORCH_MIN:
+            warn_once("old-torch", "torch %s is older than %d.%d, the oldest placefs was "
+                      "checked with: results are PlacedTensor objects, not torch tensors"
+                      % (_torch_mod.__version__, TORCH_MIN[0], TORCH_MIN[1]))
+            _torch_mod = None
     return _torch_mod
+
+
+# The oldest torch placefs was checked with (Debian 12's python3-torch, on the
+# host: tests/python-torch.sh); an older one is not used.
+TORCH_MIN = (1, 13)
+
+
+def _version(torch):
+    """(major, minor) of torch.__version__ ("2.11.0+cu130" -> (2, 11)); (0, 0) unparsable."""
+    try:
+        major, minor = str(torch.__version__).split(".")[:2]
+        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    except ValueError:
+        return (0, 0)
 
 
 # ---- dtypes -----------------------------------------------------------------------------

@@ -318,6 +318,39 @@ def fields_of(fields, s):
 
 # ---- offline: env, names, dtypes -----------------------------------------------------
 
+def old_torch():
+    """A torch older than placefs._torch.TORCH_MIN is not used: get() says so once
+    and gives None (PlacedTensor results); a version at the minimum is used."""
+    import types
+    import warnings
+    from placefs import _torch
+    saved_mod, saved_env = sys.modules.get("torch"), os.environ.pop("PLACEFS_NO_TORCH", None)
+    saved = (_torch._torch_mod, _torch._torch_tried)
+    try:
+        for version, used in (("1.8.1+cpu", False), ("1.12.1", False), ("1.13.0a0", True),
+                              ("2.11.0+cu130", True)):
+            fake = types.ModuleType("torch")
+            fake.__version__ = version
+            sys.modules["torch"] = fake
+            _torch._torch_mod, _torch._torch_tried = None, False
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                got = _torch.get()
+            check((got is fake) == used, "torch %s: used %r, expected %r" % (
+                version, got is fake, used))
+            if not used and version == "1.8.1+cpu":
+                check(any("older than 1.13" in str(x.message) for x in w),
+                      "torch %s: no warning %r" % (version, [str(x.message) for x in w]))
+    finally:
+        if saved_mod is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = saved_mod
+        if saved_env is not None:
+            os.environ["PLACEFS_NO_TORCH"] = saved_env
+        _torch._torch_mod, _torch._torch_tried = saved
+
+
 def offline():
     env = dict(os.environ)
     try:
@@ -335,6 +368,7 @@ def offline():
     finally:
         os.environ.clear()
         os.environ.update(env)
+    old_torch()
     # PlacedTensor.numpy() where numpy exists.
     try:
         import numpy as np
