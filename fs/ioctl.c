@@ -97,6 +97,7 @@ struct bjob {
 	struct placefs_ioc_stage_batch *io; /* in and out */
 	int dfd;                            /* read mode: the destination shm object */
 	unsigned pos;                       /* copy mode: the stager of the destination's device */
+	bool direct;                        /* copy mode: that stager copies direct (no ring) */
 	struct {
 		unsigned first, count;
 	} runs[PLACEFS_IOC_BATCH_MAX]; /* entries moved as one range (batch_runs()) */
@@ -398,6 +399,12 @@ static void hint_sliced(struct placefs_ioctl *fs, unsigned spos)
 }
 
 /* ---- shared-host limits ------------------------------------------------------------ */
+
+/* Whether a copy-mode stage on stager pos goes direct (takes no ring space). */
+static bool copies_direct(const struct placefs_ioctl *fs, unsigned pos)
+{
+	return placefs_stager_is_direct(placefs_stagers_at(fs->ss, pos));
+}
 
 /* Whether uid's ring share and waiting stages are capped: anyone but root and the daemon's uid. */
 static bool capped(const struct placefs_ioctl *fs, uid_t uid)
@@ -961,8 +968,7 @@ static void do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uin
 	 * of the ring. Direct copies take no ring space, so they count for none.
 	 */
 	if (in->mode != PLACEFS_IOC_STAGE_READ && capped(fs, local.uid) &&
-	    !(in->mode == PLACEFS_IOC_STAGE_COPY &&
-	      placefs_stager_is_direct(placefs_stagers_at(fs->ss, local.pos)))) {
+	    !(in->mode == PLACEFS_IOC_STAGE_COPY && copies_direct(fs, local.pos))) {
 		uint64_t need = sliced ? lay.nbytes : e->tensor->nbytes;
 
 		if (!need)
@@ -1193,7 +1199,7 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 		return placefs_filler_copy(fs->fill, fd, off, j->dfd, dest_off, n, &fo, err);
 	}
 	/* A direct copy takes no ring space, so it counts against no share of it. */
-	if (capped(fs, j->r.uid) && !placefs_stager_is_direct(placefs_stagers_at(fs->ss, j->pos))) {
+	if (capped(fs, j->r.uid) && !j->direct) {
 		struct user_use *u;
 
 		need = n ? n : 1;
@@ -1315,17 +1321,15 @@ static void batch_runs(struct bjob *j)
 	struct placefs_ioctl *fs = j->r.fs;
 	struct placefs_mount *m = fs->m;
 	struct placefs_ioc_stage_batch *io = j->io;
-	bool direct = io->mode == PLACEFS_IOC_STAGE_COPY &&
-	              placefs_stager_is_direct(placefs_stagers_at(fs->ss, j->pos));
-	uint64_t ring = fs->info.ring_bytes;
-	uint64_t cap = io->mode == PLACEFS_IOC_STAGE_READ ? 256ULL << 20
-	               : direct                   ? (ring < (64ULL << 20) ? ring : 64ULL << 20)
-	               : ring / 4 < (64ULL << 20) ? ring / 4
-	                                          : 64ULL << 20;
+	uint64_t cap = j->direct ? fs->info.ring_bytes : fs->info.ring_bytes / 4;
 	const struct placefs_tensor *prev = NULL;
 	uint64_t run_bytes = 0, prev_dest = 0;
 	unsigned i;
 
+	if (cap > (64ULL << 20))
+		cap = 64ULL << 20;
+	if (io->mode == PLACEFS_IOC_STAGE_READ)
+		cap = 256ULL << 20;
 	j->nruns = 0;
 	for (i = 0; i < io->count; i++) {
 		const struct placefs_ioc_batch_entry *e = &io->entries[i];
@@ -1457,6 +1461,7 @@ static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	j.gid = ctx->gid;
 	j.dfd = -1;
 	j.pos = bpos;
+	j.direct = in->mode == PLACEFS_IOC_STAGE_COPY && copies_direct(fs, bpos);
 	j.io = malloc(sizeof(*j.io));
 	if (!j.io || pthread_cond_init(&j.ended, NULL) != 0) {
 		free(j.io);

@@ -206,16 +206,24 @@ static int ring_range(const struct placefs_backend *be, uint64_t off, uint64_t n
 	return 0;
 }
 
-int placefs_backend_chunk_to_ring(struct placefs_backend *be, unsigned i, uint64_t ring_off,
-                                  uint64_t n, struct placefs_error *err)
+/* Chunk i exists and holds n bytes; -EINVAL with a message otherwise. */
+static int chunk_check(const struct placefs_backend *be, unsigned i, uint64_t n,
+                       struct placefs_error *err)
 {
-	int rc;
-
 	if (i >= be->info.nchunks || n > be->info.chunk_bytes)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
 		                         "%s: chunk %u with %llu bytes is not a valid bounce chunk",
 		                         be->info.name, i, (unsigned long long)n);
-	rc = ring_range(be, ring_off, n, err);
+	return 0;
+}
+
+int placefs_backend_chunk_to_ring(struct placefs_backend *be, unsigned i, uint64_t ring_off,
+                                  uint64_t n, struct placefs_error *err)
+{
+	int rc = chunk_check(be, i, n, err);
+
+	if (rc == 0)
+		rc = ring_range(be, ring_off, n, err);
 	if (rc != 0 || n == 0)
 		return rc;
 	return be->ops->chunk_to_ring(be, i, ring_off, n, err);
@@ -775,10 +783,10 @@ int placefs_backend_chunk_to_target(struct placefs_backend *be, unsigned i,
                                     struct placefs_backend_target *t, uint64_t off, uint64_t n,
                                     struct placefs_error *err)
 {
-	if (i >= be->info.nchunks || n > be->info.chunk_bytes)
-		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-		                         "%s: chunk %u with %llu bytes is not a valid bounce chunk",
-		                         be->info.name, i, (unsigned long long)n);
+	int rc = chunk_check(be, i, n, err);
+
+	if (rc != 0)
+		return rc;
 	if (!t || off < t->lo || off > t->hi || n > t->hi - off)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
 		                         "%s: destination range %llu+%llu is outside the range "

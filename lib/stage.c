@@ -1497,7 +1497,7 @@ static bool use_direct(struct placefs_stager *st, const struct placefs_stage_opt
 {
 	bool pf = false;
 
-	if (!st->direct || st->zc)
+	if (!placefs_stager_is_direct(st))
 		return false;
 	if (o->key && !(o->slice && !placefs_slice_contiguous(o->slice))) {
 		pthread_mutex_lock(&st->lock);
