@@ -116,14 +116,18 @@ _ITEMSIZE = {}  # torch dtype -> element size
 RUN_TRIES = 4
 
 
-def typed(torch, t, raw):
-    """Views a flat uint8 tensor of t.nbytes bytes as t's dtype and shape."""
-    # Once per tensor: the dtype lookup (and its warning) once per dtype name.
+def _dtype_cached(torch, t):
+    """dtype_of(torch, t), looked up (and warned about) once per dtype name."""
     key = (id(torch), t.dtype)
     hit = _DTYPE_CACHE.get(key)
     if hit is None:
         hit = _DTYPE_CACHE[key] = dtype_of(torch, t)
-    dt, is_typed = hit
+    return hit
+
+
+def typed(torch, t, raw):
+    """Views a flat uint8 tensor of t.nbytes bytes as t's dtype and shape."""
+    dt, is_typed = _dtype_cached(torch, t)
     if not is_typed:
         return raw
     try:
@@ -161,11 +165,7 @@ def typed_views(torch, flat, tensors, offs):
         g.append(i)
     bases = {}
     for (dname, shape), idx in groups.items():
-        key = (id(torch), dname)
-        hit = _DTYPE_CACHE.get(key)
-        if hit is None:
-            hit = _DTYPE_CACHE[key] = dtype_of(torch, tensors[idx[0]])
-        dt, is_typed = hit
+        dt, is_typed = _dtype_cached(torch, tensors[idx[0]])
         size = _ITEMSIZE.get(dt) if is_typed else None
         if is_typed and size is None:
             size = _ITEMSIZE[dt] = torch.empty(0, dtype=dt).element_size()

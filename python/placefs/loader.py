@@ -432,9 +432,6 @@ class _Raw(dict):
         flat, o, n = self.spans[name]
         return flat[o:o + n]
 
-    def __contains__(self, name):
-        return dict.__contains__(self, name) or name in self.spans
-
     def clear(self):
         dict.clear(self)
         self.spans.clear()
@@ -484,7 +481,7 @@ class _Loader:
         self.raw[t.name] = raw
         self.out[t.name] = _torch.typed(torch, t, raw)
 
-    def _finish_bulk(self, tensors, offs, flat, device):
+    def _finish_bulk(self, tensors, offs, flat):
         """_finish() for every tensor at its offset of flat (a uint8 torch tensor), in bulk."""
         views = _torch.typed_views(self.torch, flat, tensors, offs)
         spans, out = self.raw.spans, self.out
@@ -535,7 +532,7 @@ class _Loader:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
-            self._finish_bulk(tensors, offs, flat, device)
+            self._finish_bulk(tensors, offs, flat)
             mem.release()
         else:
             for t, o in zip(tensors, offs):
@@ -600,7 +597,6 @@ class _Loader:
         # The daemon writes through its own mapping: nothing of ours may be
         # pending on the buffer when it does.
         torch.cuda.synchronize(dev)
-        where = str(dev)
 
         def views():
             # Views only (no kernels, nothing touches the bytes): built while the
@@ -610,8 +606,7 @@ class _Loader:
             # waits for the GIL, and with it the next request, until then (the
             # interpreter's own switch comes only every 5 ms).
             for a in range(0, len(tensors), VIEW_SLICE):
-                self._finish_bulk(tensors[a:a + VIEW_SLICE], offs[a:a + VIEW_SLICE], buf,
-                                  where)
+                self._finish_bulk(tensors[a:a + VIEW_SLICE], offs[a:a + VIEW_SLICE], buf)
                 time.sleep(0)
 
         with _torch.cuda_ipc_export(buf) as (handle, storage_off, storage_bytes):

@@ -232,7 +232,7 @@ class _Stream:
         if b.kind == "cuda":
             dev = "cuda:%d" % self.dev_index
             if not self.shard:
-                # Views in bulk (one split per dtype, see _torch.typed_views).
+                # Views in bulk (_torch.typed_views: a run of one shape, one unbind).
                 views = _torch.typed_views(self.torch, b.buf, b.tensors, b.offs)
                 return [(t.name, v) for t, v in zip(b.tensors, views)]
             for t, o in zip(b.tensors, b.offs):
