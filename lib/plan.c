@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -527,14 +528,12 @@ static int rollback(struct placefs_strbuf *sb, size_t len, int rc)
 	return rc;
 }
 
-int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
-                             struct placefs_strbuf *sb)
+/* {"source": S, "buffer_size": N|null, "ring_bytes": N, then `more` */
+static int add_head(const struct placefs_plan *plan, const char *source, const char *more,
+                    struct placefs_strbuf *sb)
 {
-	const struct placefs_plan_totals *t = &plan->totals;
-	size_t start = sb->len;
-	int rc;
+	int rc = placefs_strbuf_adds(sb, "{\"source\": ");
 
-	rc = placefs_strbuf_adds(sb, "{\"source\": ");
 	if (!rc)
 		rc = source ? placefs_strbuf_add_json_string(sb, source)
 		            : placefs_strbuf_adds(sb, "null");
@@ -543,8 +542,31 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 		             ? placefs_strbuf_addf(sb, ", \"buffer_size\": %" PRIu64, plan->limit)
 		             : placefs_strbuf_adds(sb, ", \"buffer_size\": null");
 	if (!rc)
-		rc = placefs_strbuf_addf(sb, ", \"ring_bytes\": %" PRIu64 ", \"tensors\": [",
-		                         plan->ring);
+		rc = placefs_strbuf_addf(sb, ", \"ring_bytes\": %" PRIu64 "%s", plan->ring, more);
+	return rc;
+}
+
+/* `before`"totals": {...}}\n, the end of both JSON plans. */
+static int add_totals(const struct placefs_plan *plan, const char *before,
+                      struct placefs_strbuf *sb)
+{
+	const struct placefs_plan_totals *t = &plan->totals;
+
+	return placefs_strbuf_addf(sb,
+	                           "%s\"totals\": {\"gpu\": {\"count\": %" PRIu64
+	                           ", \"bytes\": %" PRIu64 "}, \"cpu\": {\"count\": %" PRIu64
+	                           ", \"bytes\": %" PRIu64 "}}}\n",
+	                           before, t->count[PLACEFS_PLACE_GPU], t->bytes[PLACEFS_PLACE_GPU],
+	                           t->count[PLACEFS_PLACE_CPU], t->bytes[PLACEFS_PLACE_CPU]);
+}
+
+int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
+                             struct placefs_strbuf *sb)
+{
+	size_t start = sb->len;
+	int rc;
+
+	rc = add_head(plan, source, ", \"tensors\": [", sb);
 	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
 		const struct placefs_plan_entry *e = &plan->entries[i];
 		const struct placefs_tensor *ts = e->tensor;
@@ -576,12 +598,145 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 			                         placefs_placement_name(e->placement));
 	}
 	if (!rc)
-		rc = placefs_strbuf_addf(sb,
-		                         "], \"totals\": {\"gpu\": {\"count\": %" PRIu64
-		                         ", \"bytes\": %" PRIu64 "}, \"cpu\": {\"count\": %" PRIu64
-		                         ", \"bytes\": %" PRIu64 "}}}\n",
-		                         t->count[PLACEFS_PLACE_GPU], t->bytes[PLACEFS_PLACE_GPU],
-		                         t->count[PLACEFS_PLACE_CPU], t->bytes[PLACEFS_PLACE_CPU]);
+		rc = add_totals(plan, "], ", sb);
+	return rollback(sb, start, rc);
+}
+
+/* The columns of one kind of integer, from a plan entry. */
+enum column { COL_FILE, COL_DTYPE, COL_NBYTES, COL_OFFSET };
+
+/*
+ * , "key": [v0, v1, ...]. COL_FILE and COL_DTYPE are positions in the
+ * tables that add_tables() wrote: pos[] maps a shard index or a dtype to it.
+ */
+static int add_u64_column(const struct placefs_plan *plan, const char *key, enum column c,
+                          const uint32_t *pos, struct placefs_strbuf *sb)
+{
+	int rc = placefs_strbuf_addf(sb, ", \"%s\": [", key);
+
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_tensor *ts = plan->entries[i].tensor;
+		uint64_t v = c == COL_FILE     ? pos[ts->shard]
+		             : c == COL_DTYPE  ? pos[ts->dtype]
+		             : c == COL_NBYTES ? ts->nbytes
+		                               : ts->offset;
+
+		rc = placefs_strbuf_addf(sb, i ? ", %" PRIu64 : "%" PRIu64, v);
+	}
+	return rc ? rc : placefs_strbuf_adds(sb, "]");
+}
+
+/*
+ * , "files": [...], "dtypes": [...]: each shard and dtype once, in the order
+ * the entries first name them; fills shard_pos[shard] and dtype_pos[dtype].
+ */
+static int add_tables(const struct placefs_plan *plan, uint32_t *shard_pos, size_t nshard,
+                      uint32_t *dtype_pos, struct placefs_strbuf *sb)
+{
+	uint32_t nf = 0, nd = 0;
+	int rc = placefs_strbuf_adds(sb, ", \"files\": [");
+
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_tensor *ts = plan->entries[i].tensor;
+
+		if (ts->shard >= nshard || shard_pos[ts->shard] != UINT32_MAX)
+			continue;
+		shard_pos[ts->shard] = nf;
+		rc = placefs_strbuf_adds(sb, nf++ ? ", " : "");
+		if (!rc)
+			rc = placefs_strbuf_add_json_string(sb, ts->file ? ts->file : "");
+	}
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, "], \"dtypes\": [");
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_tensor *ts = plan->entries[i].tensor;
+
+		if ((unsigned)ts->dtype >= PLACEFS_DT_COUNT || dtype_pos[ts->dtype] != UINT32_MAX)
+			continue;
+		dtype_pos[ts->dtype] = nd;
+		rc = placefs_strbuf_addf(sb, "%s\"%s\"", nd++ ? ", " : "",
+		                         placefs_dtype_name(ts->dtype));
+	}
+	return rc ? rc : placefs_strbuf_adds(sb, "]");
+}
+
+/* , "name": [...], "filename": {"i": S, ...} (only names that were encoded) */
+static int add_names(const struct placefs_plan *plan, struct placefs_strbuf *sb)
+{
+	int rc = placefs_strbuf_adds(sb, ", \"name\": [");
+	bool first = true;
+
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		rc = placefs_strbuf_adds(sb, i ? ", " : "");
+		if (!rc)
+			rc = placefs_strbuf_add_json_string(sb, plan->entries[i].tensor->name);
+	}
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, "], \"filename\": {");
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_plan_entry *e = &plan->entries[i];
+
+		if (strcmp(e->fname, e->tensor->name) == 0)
+			continue;
+		rc = placefs_strbuf_addf(sb, "%s\"%zu\": ", first ? "" : ", ", i);
+		if (!rc)
+			rc = placefs_strbuf_add_json_string(sb, e->fname);
+		first = false;
+	}
+	return rc ? rc : placefs_strbuf_adds(sb, "}");
+}
+
+int placefs_plan_format_columns(const struct placefs_plan *plan, const char *source,
+                                struct placefs_strbuf *sb)
+{
+	uint32_t dtype_pos[PLACEFS_DT_COUNT];
+	uint32_t *shard_pos = NULL;
+	size_t start = sb->len, nshard = 0;
+	int rc;
+
+	for (size_t i = 0; i < plan->n; i++)
+		if (plan->entries[i].tensor->shard >= nshard)
+			nshard = (size_t)plan->entries[i].tensor->shard + 1;
+	shard_pos = malloc((nshard ? nshard : 1) * sizeof(*shard_pos));
+	if (!shard_pos)
+		return -ENOMEM;
+	memset(shard_pos, 0xff, (nshard ? nshard : 1) * sizeof(*shard_pos));
+	memset(dtype_pos, 0xff, sizeof(dtype_pos));
+
+	rc = add_head(plan, source, "", sb);
+	if (!rc)
+		rc = placefs_strbuf_addf(sb, ", \"version\": 1, \"count\": %zu", plan->n);
+	if (!rc)
+		rc = add_tables(plan, shard_pos, nshard, dtype_pos, sb);
+	if (!rc)
+		rc = add_names(plan, sb);
+	if (!rc)
+		rc = add_u64_column(plan, "file", COL_FILE, shard_pos, sb);
+	if (!rc)
+		rc = add_u64_column(plan, "dtype", COL_DTYPE, dtype_pos, sb);
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, ", \"shape\": [");
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_tensor *ts = plan->entries[i].tensor;
+
+		rc = placefs_strbuf_adds(sb, i ? ", " : "");
+		if (!rc)
+			rc = placefs_strbuf_add_json_u64_array(sb, ts->shape, ts->ndim);
+	}
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, "]");
+	if (!rc)
+		rc = add_u64_column(plan, "nbytes", COL_NBYTES, NULL, sb);
+	if (!rc)
+		rc = add_u64_column(plan, "offset", COL_OFFSET, NULL, sb);
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, ", \"placement\": \"");
+	for (size_t i = 0; rc == 0 && i < plan->n; i++)
+		rc = placefs_strbuf_add(
+		        sb, plan->entries[i].placement == PLACEFS_PLACE_CPU ? "c" : "g", 1);
+	if (!rc)
+		rc = add_totals(plan, "\", ", sb);
+	free(shard_pos);
 	return rollback(sb, start, rc);
 }
 

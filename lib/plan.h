@@ -132,6 +132,25 @@ const char *placefs_placement_name(enum placefs_placement p); /* "gpu" / "cpu" *
  */
 int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
                              struct placefs_strbuf *sb);
+/*
+ * The same plan in columns, for loaders of many tensors (one line, then
+ * "\n"): parsing it makes no object per tensor and repeats no key.
+ * {"source": S, "buffer_size": N|null, "ring_bytes": N, "version": 1,
+ *  "count": N, "files": [S, ...], "dtypes": [S, ...], "name": [S, ...],
+ *  "filename": {"I": S, ...}, "file": [N, ...], "dtype": [N, ...],
+ *  "shape": [[N, ...], ...], "nbytes": [N, ...], "offset": [N, ...],
+ *  "placement": "gc...", "totals": {as above}}
+ * Every array has `count` items, entry i of each the plan's entry i (the
+ * order of format_json's "tensors"). "file" and "dtype" are positions in
+ * "files" (shards, in the order the entries first name them) and "dtypes".
+ * "filename" holds only the entries whose file name in the mount differs
+ * from the tensor's name (lib/name.h encoded it), keyed by the entry's
+ * index in decimal. "placement" has one character per entry: 'g' or 'c'.
+ * The mount's .placefs/columns.json uses this. Returns 0 or -ENOMEM with
+ * sb as it was.
+ */
+int placefs_plan_format_columns(const struct placefs_plan *plan, const char *source,
+                                struct placefs_strbuf *sb);
 /* The text plan: one line per tensor, then a summary. */
 int placefs_plan_format_text(const struct placefs_plan *plan, const char *source,
                              struct placefs_strbuf *sb);

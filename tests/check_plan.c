@@ -607,6 +607,58 @@ START_TEST(test_json_exact)
 END_TEST
 
 /*
+ * The plan in columns: each shard and dtype once in its table, in the order
+ * the entries first name them; "filename" only where the name was encoded;
+ * one placement character per entry; the same header and totals as the
+ * JSON plan; appending keeps what was there.
+ */
+START_TEST(test_columns_exact)
+{
+	static const uint64_t s23[] = {2, 3}, s100[] = {100};
+	const struct placefs_tensor t[] = {
+	        {"w.0", 1, "model-00002-of-00002.safetensors", PLACEFS_DT_F32, 2, s23, 24, 80},
+	        {"s\"q\\", 0, "model-00001-of-00002.safetensors", PLACEFS_DT_BF16, 0, NULL, 2, 72},
+	        {"big/x", 1, "model-00002-of-00002.safetensors", PLACEFS_DT_F32, 1, s100, 400, 104},
+	        {".e", 0, "model-00001-of-00002.safetensors", PLACEFS_DT_U8, 1, s100, 100, 74},
+	};
+	struct placefs_strbuf sb;
+	struct placefs_plan *p;
+
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "X"), 0);
+	p = plan_ok(t, 4, NULL, 0, 1, 100);
+	ck_assert_int_eq(placefs_plan_format_columns(p, "/ck", &sb), 0);
+	ck_assert_str_eq(
+	        placefs_strbuf_cstr(&sb),
+	        "X{\"source\": \"/ck\", \"buffer_size\": 100, \"ring_bytes\": 100, "
+	        "\"version\": 1, \"count\": 4, \"files\": [\"model-00002-of-00002.safetensors\", "
+	        "\"model-00001-of-00002.safetensors\"], \"dtypes\": [\"F32\", \"BF16\", \"U8\"], "
+	        "\"name\": [\"w.0\", \"s\\\"q\\\\\", \"big/x\", \".e\"], "
+	        "\"filename\": {\"2\": \"big%2Fx\", \"3\": \"%2Ee\"}, \"file\": [0, 1, 0, 1], "
+	        "\"dtype\": [0, 1, 0, 2], \"shape\": [[2, 3], [], [100], [100]], "
+	        "\"nbytes\": [24, 2, 400, 100], \"offset\": [80, 72, 104, 74], "
+	        "\"placement\": \"ggcg\", \"totals\": {\"gpu\": {\"count\": 3, \"bytes\": 126}, "
+	        "\"cpu\": {\"count\": 1, \"bytes\": 400}}}\n");
+	placefs_plan_free(p);
+
+	/* No limit, no encoded name: null and an empty object. */
+	placefs_strbuf_reset(&sb);
+	p = plan_ok(t, 1, NULL, 0, 0, 0);
+	ck_assert_int_eq(placefs_plan_format_columns(p, NULL, &sb), 0);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb),
+	                 "{\"source\": null, \"buffer_size\": null, \"ring_bytes\": 4096, "
+	                 "\"version\": 1, \"count\": 1, \"files\": "
+	                 "[\"model-00002-of-00002.safetensors\"], \"dtypes\": [\"F32\"], "
+	                 "\"name\": [\"w.0\"], \"filename\": {}, \"file\": [0], \"dtype\": [0], "
+	                 "\"shape\": [[2, 3]], \"nbytes\": [24], \"offset\": [80], "
+	                 "\"placement\": \"g\", \"totals\": {\"gpu\": {\"count\": 1, "
+	                 "\"bytes\": 24}, \"cpu\": {\"count\": 0, \"bytes\": 0}}}\n");
+	placefs_plan_free(p);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/*
  * Each tensor's "filename" is its file's name in the mount, encoded as
  * lib/name.h says, so that a client never encodes a name itself.
  */
@@ -1209,6 +1261,7 @@ static Suite *plan_suite(void)
 	tcase_add_test(tc, test_ring_sizing);
 	tcase_add_test(tc, test_size_overflows);
 	tcase_add_test(tc, test_json_exact);
+	tcase_add_test(tc, test_columns_exact);
 	tcase_add_test(tc, test_json_filename);
 	tcase_add_test(tc, test_limit_parse);
 	tcase_add_test(tc, test_quoted_names);

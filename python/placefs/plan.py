@@ -1,95 +1,202 @@
 # SPDX-License-Identifier: MIT
-"""A mount's plan: .placefs/plan.json, the tensors it selects and their files.
+"""A mount's plan: the tensors it selects, their files and their placement.
 
-The daemon writes plan.json (lib/plan.c, placefs_plan_format_json; the keys
-are listed in doc/placefs-plan.1). Each tensor entry names the tensor, its
-source shard ("file"), dtype, shape, nbytes, offset and placement, and the
-name of its file on the mount (FILE_NAME_KEY): the daemon encodes names
-that cannot be file names (lib/name.h) and says the result, so this module
-does not encode names itself.
+The daemon writes the plan twice (lib/plan.c; the keys are listed in
+doc/placefs-plan.1): .placefs/plan.json, one object per tensor, and
+.placefs/columns.json, the same entries as one array per field, which parses
+several times faster and makes no object per tensor (a mixture of experts has
+tens of thousands). Plan reads columns.json, or plan.json from a daemon older
+than it. Each tensor names its source shard ("file"), dtype, shape, nbytes,
+offset and placement, and the name of its file on the mount (FILE_NAME_KEY):
+the daemon encodes names that cannot be file names (lib/name.h) and says the
+result, so this module does not encode names itself.
 """
 
 import errno as _errno
 import json
 import os
+from itertools import chain, repeat
+from operator import itemgetter
 
 # The member of a tensor entry that holds its encoded file name on the mount.
 FILE_NAME_KEY = "filename"
 
+_FIELDS = ("name", "filename", "path", "source", "dtype", "shape", "nbytes", "offset",
+           "placement", "index")
 
-class TensorInfo:
-    """One tensor of the plan: where its file is and how it is placed."""
 
-    __slots__ = ("name", "filename", "path", "source", "dtype", "shape", "nbytes", "offset",
-                 "placement", "index")
+def _check_filename(name, fname):
+    if fname is None:
+        raise ValueError("plan.json: tensor %r has no %r member: the daemon that wrote it "
+                         "is older than this loader, which takes file names from the plan "
+                         "and never encodes them itself" % (name, FILE_NAME_KEY))
+    if not isinstance(fname, str) or fname in ("", ".", "..") or "/" in fname or "\0" in fname:
+        raise ValueError("plan.json: tensor %r has the file name %r, which is not one "
+                         "name in the mount's directory" % (name, fname))
 
-    def __init__(self, mountpoint, index, entry, _dir=None):
-        # Runs once per tensor of the plan (tens of thousands for a mixture of
-        # experts), so it sticks to builtins called once each: no generators.
+
+class TensorInfo(tuple):
+    """One tensor of the plan: where its file is and how it is placed.
+
+    Read-only fields: name, filename, path, source (its shard), dtype, shape
+    (a tuple), nbytes, offset (in the shard), placement ("gpu" or "cpu") and
+    index (its entry in the plan). A tuple underneath: a plan of tens of
+    thousands of tensors makes them in one pass without per-field work.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, mountpoint, index, entry, _dir=None):
+        """From one entry of plan.json's "tensors" (checked)."""
         try:
-            self.name = entry["name"]
-            self.source = entry["file"]
-            self.dtype = entry["dtype"]
-            self.shape = tuple(map(int, entry["shape"]))
-            self.nbytes = int(entry["nbytes"])
-            self.offset = int(entry["offset"])
-            self.placement = entry["placement"]
+            name = entry["name"]
+            source = entry["file"]
+            dtype = entry["dtype"]
+            shape = tuple(map(int, entry["shape"]))
+            nbytes = int(entry["nbytes"])
+            offset = int(entry["offset"])
+            placement = entry["placement"]
             fname = entry.get(FILE_NAME_KEY)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError("plan.json: tensor entry %d is malformed (%s)" % (index, e)) from None
-        if self.placement != "gpu" and self.placement != "cpu":
+        if placement != "gpu" and placement != "cpu":
             raise ValueError("plan.json: tensor %r has placement %r, neither gpu nor cpu"
-                             % (self.name, self.placement))
-        if self.nbytes < 0 or (self.shape and min(self.shape) < 0):
-            raise ValueError("plan.json: tensor %r has a negative size" % (self.name,))
-        if fname is None:
-            raise ValueError("plan.json: tensor %r has no %r member: the daemon that wrote it "
-                             "is older than this loader, which takes file names from the plan "
-                             "and never encodes them itself" % (self.name, FILE_NAME_KEY))
-        if (not isinstance(fname, str) or fname in ("", ".", "..") or "/" in fname or
-              "\0" in fname):
-            raise ValueError("plan.json: tensor %r has the file name %r, which is not one "
-                             "name in the mount's directory" % (self.name, fname))
-        self.index = index
-        self.filename = fname
+                             % (name, placement))
+        if nbytes < 0 or (shape and min(shape) < 0):
+            raise ValueError("plan.json: tensor %r has a negative size" % (name,))
+        _check_filename(name, fname)
         # _dir: mountpoint with its trailing separator (what os.path.join adds), from Plan.
-        self.path = _dir + fname if _dir is not None else os.path.join(mountpoint, fname)
+        path = _dir + fname if _dir is not None else os.path.join(mountpoint, fname)
+        return tuple.__new__(cls, (name, fname, path, source, dtype, shape, nbytes, offset,
+                                   placement, index))
 
     def __repr__(self):
         return "TensorInfo(%r, %s, shape=%r, nbytes=%d, placement=%s)" % (
             self.name, self.dtype, self.shape, self.nbytes, self.placement)
 
+    def __getnewargs__(self):
+        raise TypeError("a TensorInfo is made by Plan, not copied or pickled")
+
+
+for _i, _f in enumerate(_FIELDS):
+    setattr(TensorInfo, _f, property(itemgetter(_i), doc="the tensor's %s" % _f))
+del _i, _f
+
+
+def _read_json(path, mountpoint):
+    """The parsed file, None when it does not exist; ValueError when it is not JSON."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError("%s: not valid JSON: %s" % (path, e)) from None
+
+
+def _from_columns(c, path, d):
+    """TensorInfo list of columns.json's object c (checked as a whole, not per field)."""
+    what = path + ": "
+    try:
+        n = c["count"]
+        names, files, dtypes = c["name"], c["files"], c["dtypes"]
+        enc = c["filename"]
+        keys = list(enc)  # a dict, or TypeError below
+        enc.items()
+        cols = (c["file"], c["dtype"], c["shape"], c["nbytes"], c["offset"])
+        place = c["placement"]
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise ValueError(what + "malformed (%s)" % e) from None
+    if c.get("version") != 1:
+        raise ValueError(what + "version %r, this loader reads 1" % (c.get("version"),))
+    if not isinstance(n, int) or n < 0 or not isinstance(place, str) or \
+            any(not isinstance(a, list) or len(a) != n for a in (names,) + cols) or \
+            len(place) != n:
+        raise ValueError(what + "the columns do not all have \"count\" entries")
+    if place.strip("gc"):
+        raise ValueError(what + "placement %r is neither g(pu) nor c(pu)"
+                         % place.strip("gc")[0])
+    if not all(isinstance(x, str) for x in files) or not all(isinstance(x, str) for x in dtypes):
+        raise ValueError(what + "\"files\" and \"dtypes\" must hold strings")
+    fcol, dcol, shapes, nbytes, offsets = cols
+    # Checked column by column at C speed (map, set, min, join): a generator
+    # per field would cost as much as the parse.
+    for col in (fcol, dcol, nbytes, offsets):
+        if n and (set(map(type, col)) != {int} or min(col) < 0):
+            raise ValueError(what + "file, dtype, nbytes and offset must be integers >= 0")
+    if n and (max(fcol) >= len(files) or max(dcol) >= len(dtypes)):
+        raise ValueError(what + "a file or dtype position is past its table")
+    if n and set(map(type, shapes)) != {list}:
+        raise ValueError(what + "every shape must be a list of integers >= 0")
+    shapes = list(map(tuple, shapes))
+    dims = list(chain.from_iterable(shapes))
+    if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
+        raise ValueError(what + "every shape must be a list of integers >= 0")
+    if n and set(map(type, names)) != {str}:
+        raise ValueError(what + "every tensor name must be a string")
+    if any(not k.isdigit() or not 0 <= int(k) < n for k in keys):
+        raise ValueError(what + "\"filename\" has a key that is not an entry's index")
+    fnames = list(names)
+    for k, v in enc.items():
+        fnames[int(k)] = v
+    joined = "\n".join(fnames) if set(map(type, fnames)) == {str} else None
+    if n and (joined is None or "/" in joined or "\0" in joined or
+              not {"", ".", ".."}.isdisjoint(fnames)):
+        for name, fname in zip(names, fnames):
+            _check_filename(name, fname)
+    place = list(map({"g": "gpu", "c": "cpu"}.__getitem__, place))
+    rows = zip(names, fnames, map(d.__add__, fnames), map(files.__getitem__, fcol),
+               map(dtypes.__getitem__, dcol), shapes, nbytes, offsets, place, range(n))
+    return list(map(tuple.__new__, repeat(TensorInfo, n), rows))
+
 
 class Plan:
-    """The parsed .placefs/plan.json of a mount.
+    """The parsed plan of a mount.
 
-    `data` is the whole JSON object; `source`, `buffer_size` and `ring_bytes`
-    its members of those names (None when absent); `tensors` the TensorInfo
-    list in checkpoint order; `by_name` the same keyed by tensor name.
+    `source`, `buffer_size` and `ring_bytes` are the plan's members of those
+    names (None when absent); `tensors` the TensorInfo list in checkpoint
+    order; `by_name` the same keyed by tensor name; `data` the whole
+    plan.json object (read when first asked for).
     """
 
     def __init__(self, mountpoint):
         mountpoint = os.fspath(mountpoint)
+        self.mountpoint = mountpoint
         self.path = os.path.join(mountpoint, ".placefs", "plan.json")
-        try:
-            with open(self.path, "rb") as f:
-                data = json.loads(f.read().decode("utf-8"))
-        except FileNotFoundError:
+        d = os.path.join(mountpoint, "")
+        cpath = os.path.join(mountpoint, ".placefs", "columns.json")
+        self._data = None
+        top = _read_json(cpath, mountpoint)
+        if top is not None:
+            if not isinstance(top, dict):
+                raise ValueError("%s: not a JSON object" % cpath)
+            self.tensors = _from_columns(top, cpath, d)
+        else:
+            # A daemon older than columns.json.
+            top = self._read_plan_json()
+            self.tensors = [TensorInfo(mountpoint, i, e, d) for i, e in enumerate(top["tensors"])]
+        self.source = top.get("source")
+        self.buffer_size = top.get("buffer_size")
+        self.ring_bytes = top.get("ring_bytes")
+        self.by_name = dict(zip([t.name for t in self.tensors], self.tensors))
+        if len(self.by_name) != len(self.tensors):
+            seen = set()
+            for t in self.tensors:
+                if t.name in seen:
+                    raise ValueError("%s: tensor %r is listed twice" % (self.path, t.name))
+                seen.add(t.name)
+
+    def _read_plan_json(self):
+        data = _read_json(self.path, self.mountpoint)
+        if data is None:
             raise FileNotFoundError(_errno.ENOENT, "%s is not a placefs mount (no "
-                                    ".placefs/plan.json)" % mountpoint,
-                                    self.path) from None
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ValueError("%s: not valid JSON: %s" % (self.path, e)) from None
+                                    ".placefs/plan.json)" % self.mountpoint, self.path)
         if not isinstance(data, dict) or not isinstance(data.get("tensors"), list):
             raise ValueError("%s: no \"tensors\" list" % self.path)
-        self.data = data
-        self.source = data.get("source")
-        self.buffer_size = data.get("buffer_size")
-        self.ring_bytes = data.get("ring_bytes")
-        d = os.path.join(mountpoint, "")
-        self.tensors = [TensorInfo(mountpoint, i, e, d) for i, e in enumerate(data["tensors"])]
-        self.by_name = {}
-        for t in self.tensors:
-            if t.name in self.by_name:
-                raise ValueError("%s: tensor %r is listed twice" % (self.path, t.name))
-            self.by_name[t.name] = t
+        self._data = data
+        return data
+
+    @property
+    def data(self):
+        """The whole .placefs/plan.json object."""
+        return self._data if self._data is not None else self._read_plan_json()

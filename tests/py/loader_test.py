@@ -129,6 +129,11 @@ def same_bytes(v, want):
 def check_state_dict(sd, mnt, ref, limit, what, device="cpu"):
     m = placefs.Mount(mnt)
     names = [t.name for t in m.tensors]
+    # The plan came from columns.json; plan.json says the same, entry by entry.
+    check(os.path.isfile(os.path.join(mnt, ".placefs", "columns.json")),
+          "%s: the mount has no .placefs/columns.json" % what)
+    from_json = [placefs.TensorInfo(mnt, i, e) for i, e in enumerate(m.plan["tensors"])]
+    check(from_json == m.tensors, "%s: columns.json and plan.json disagree" % what)
     check(list(sd) == names, "%s: keys not in checkpoint order" % what)
     check(set(names) == set(ref), "%s: plan names differ from the checkpoint's" % what)
     for t in m.tensors:
@@ -387,6 +392,7 @@ def offline():
     expect_raises(lambda: placefs._parse_device("gpu0"), ValueError, "cuda:N",
                   "bad device")
     plan_file_names()
+    plan_columns()
     default_device()
     torch_isolated()
     done("offline")
@@ -489,6 +495,55 @@ def write_plan(d, tensors):
     with open(os.path.join(d, ".placefs", "plan.json"), "w") as f:
         json.dump({"source": "hand-written", "buffer_size": 0, "ring_bytes": 4096,
                    "tensors": tensors}, f)
+
+
+def write_columns(d, c):
+    os.makedirs(os.path.join(d, ".placefs"), exist_ok=True)
+    with open(os.path.join(d, ".placefs", "columns.json"), "w") as f:
+        json.dump(c, f)
+
+
+def plan_columns():
+    """.placefs/columns.json is read before plan.json, checked as a whole."""
+    with tempfile.TemporaryDirectory() as d:
+        good = {"source": "cols", "buffer_size": 4, "ring_bytes": 4096, "version": 1,
+                "count": 3, "files": ["s1", "s0"], "dtypes": ["U8", "BF16"],
+                "name": ["a/b", "w", "x"], "filename": {"0": "a%2Fb"}, "file": [1, 0, 1],
+                "dtype": [0, 1, 0], "shape": [[4], [2, 1], []], "nbytes": [4, 4, 1],
+                "offset": [8, 12, 16], "placement": "gcg"}
+        write_plan(d, [])  # an empty plan.json beside it: columns.json wins
+        write_columns(d, good)
+        p = placefs.plan.Plan(d)
+        check([tuple(t) for t in p.tensors] == [
+            ("a/b", "a%2Fb", os.path.join(d, "a%2Fb"), "s0", "U8", (4,), 4, 8, "gpu", 0),
+            ("w", "w", os.path.join(d, "w"), "s1", "BF16", (2, 1), 4, 12, "cpu", 1),
+            ("x", "x", os.path.join(d, "x"), "s0", "U8", (), 1, 16, "gpu", 2)],
+            "columns.json: %r" % (p.tensors,))
+        check((p.source, p.buffer_size, p.ring_bytes) == ("cols", 4, 4096),
+              "columns.json header: %r" % ((p.source, p.buffer_size, p.ring_bytes),))
+        check(p.by_name["w"].index == 1 and p.by_name["w"].placement == "cpu",
+              "columns.json by_name: %r" % (p.by_name["w"],))
+        check(p.data["tensors"] == [], "Plan.data is plan.json's object")
+        bad = [({"count": 4}, "do not all have"), ({"placement": "gxg"}, "neither g"),
+               ({"placement": "gc"}, "do not all have"), ({"nbytes": [4, -1, 1]}, ">= 0"),
+               ({"nbytes": [4, 4.0, 1]}, ">= 0"), ({"file": [2, 0, 1]}, "past its table"),
+               ({"dtype": [0, 0, 5]}, "past its table"), ({"shape": [[4], [2, -1], []]}, ">= 0"),
+               ({"shape": [[4], 2, []]}, "list of integers"), ({"name": ["a/b", 3, "x"]},
+                                                               "must be a string"),
+               ({"filename": {"0": "../x"}}, "not one name"), ({"filename": {"7": "q"}},
+                                                                "not an entry's index"),
+               ({"name": ["a/b", "w", "w"]}, "listed twice"), ({"version": 2}, "reads 1"),
+               ({"files": [1, "s0"]}, "hold strings")]
+        for change, pattern in bad:
+            c = dict(good)
+            c.update(change)
+            write_columns(d, c)
+            expect_raises(lambda: placefs.plan.Plan(d), ValueError, pattern,
+                          "columns.json with %r" % (change,))
+        with open(os.path.join(d, ".placefs", "columns.json"), "w") as f:
+            f.write("{\"count\": ")
+        expect_raises(lambda: placefs.plan.Plan(d), ValueError, "not valid JSON",
+                      "truncated columns.json")
 
 
 def plan_file_names():
@@ -594,8 +649,8 @@ def seed(mnt, source, limit):
     small, large = byname.get("small"), byname.get("large")
     if not check(small is not None and large is not None, "seed tensors missing"):
         done("seed")
-    check(small.placement == "gpu" and small.nbytes == 1 << 20, "small: %r" % small)
-    check(large.placement == "cpu" and large.nbytes == 9 << 20, "large: %r" % large)
+    check(small.placement == "gpu" and small.nbytes == 1 << 20, "small: %r" % (small,))
+    check(large.placement == "cpu" and large.nbytes == 9 << 20, "large: %r" % (large,))
     ri = check_host_ring(m, "seed")
     ring = ring_map(ri)
 
