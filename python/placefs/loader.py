@@ -21,6 +21,9 @@ import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from fnmatch import fnmatchcase
+from itertools import accumulate, compress, repeat
+import operator
+from operator import attrgetter
 
 from . import _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, _IOC_ERRORS,
@@ -270,9 +273,31 @@ VIEW_SLICE = 256
 BATCH_BELOW = 8 << 20
 
 
+# Fields read once per tensor of a load (tens of thousands): C-level getters.
+_NAME = attrgetter("name")
+_NBYTES = attrgetter("nbytes")
+_PLACEMENT = attrgetter("placement")
+_SOURCE_OFFSET = attrgetter("source", "offset")
+
+
 def _source_order(tensors):
     """tensors sorted as they lie in the shards: the daemon moves neighbours as one range."""
-    return sorted(tensors, key=lambda t: (t.source, t.offset))
+    return sorted(tensors, key=_SOURCE_OFFSET)
+
+
+def _layout(tensors, align):
+    """Offsets of tensors (in their order) in one destination, laid out in shard order.
+
+    Each starts at a multiple of align: the offsets are the running sums of
+    the sizes rounded up to align, and the total is the last one's end.
+    Shard order lets the daemon move neighbours as one range.
+    """
+    order = _source_order(tensors)
+    sizes = list(map(_NBYTES, order))
+    starts = list(accumulate([-(-n // align) * align for n in sizes], initial=0))
+    where = dict(zip(map(id, order), starts))
+    total = starts[-2] + sizes[-1] if sizes else 0
+    return list(map(where.__getitem__, map(id, tensors))), total
 
 
 def _chunks(items, workers):
@@ -284,8 +309,9 @@ def _chunks(items, workers):
     one, sent as a plain STAGE.
     """
     items = [(t, o) for t, o in items if t.nbytes]
-    small = sorted([a for a in items if a[0].nbytes < BATCH_BELOW],
-                   key=lambda a: (a[0].source, a[0].offset))
+    # In destination order, which _layout made shard order: the daemon moves
+    # entries that are neighbours in both as one range.
+    small = sorted([a for a in items if a[0].nbytes < BATCH_BELOW], key=operator.itemgetter(1))
     out = [[a] for a in items if a[0].nbytes >= BATCH_BELOW]
     if small:
         per = max(1, min(BATCH_MAX, -(-len(small) // (2 * max(1, workers)))))
@@ -484,10 +510,9 @@ class _Loader:
     def _finish_bulk(self, tensors, offs, flat):
         """_finish() for every tensor at its offset of flat (a uint8 torch tensor), in bulk."""
         views = _torch.typed_views(self.torch, flat, tensors, offs)
-        spans, out = self.raw.spans, self.out
-        for t, o, v in zip(tensors, offs, views):
-            spans[t.name] = (flat, o, t.nbytes)
-            out[t.name] = v
+        names = list(map(_NAME, tensors))
+        self.raw.spans.update(zip(names, zip(repeat(flat), offs, map(_NBYTES, tensors))))
+        self.out.update(zip(names, views))
 
     # CPU-placed ------------------------------------------------------------------------
 
@@ -497,7 +522,7 @@ class _Loader:
 
     def _load_cpu(self, tensors, pool):
         """The daemon reads them into one shm object of ours (STAGE_READ), in parallel."""
-        offs, total = self._layout(tensors, 64)
+        offs, total = _layout(tensors, 64)
         jobs = [(t, o) for t, o in zip(tensors, offs) if t.nbytes]
         shm = _ShmDest(total)
         try:
@@ -567,18 +592,9 @@ class _Loader:
         self._account(r)
         return r
 
-    def _layout(self, tensors, align):
-        """Offsets of tensors (in their order) in one destination, laid out in shard order."""
-        where, pos = {}, 0
-        for t in _source_order(tensors):
-            pos = _align(pos, align)
-            where[id(t)] = pos
-            pos += t.nbytes
-        return [where[id(t)] for t in tensors], pos
-
     def _gpu_copy_shm(self, tensors, pool, device):
         """Copy mode into one shm object of this process (host results)."""
-        offs, total = self._layout(tensors, 256)
+        offs, total = _layout(tensors, 256)
         shm = _ShmDest(total)
         try:
             _move_all(zip(tensors, offs), shm.dest(0), "copy", self.timeout_ns, pool,
@@ -592,7 +608,7 @@ class _Loader:
         """Copy mode into one flat CUDA buffer of this process, shared by IPC handle."""
         torch = self.torch
         dev = torch.device("cuda", self.dev_index)
-        offs, total = self._layout(tensors, 256)
+        offs, total = _layout(tensors, 256)
         buf = torch.empty(max(total, 1), dtype=torch.uint8, device=dev)
         # The daemon writes through its own mapping: nothing of ours may be
         # pending on the buffer when it does.
@@ -625,7 +641,7 @@ class _Loader:
         ring = self.mount._ring_map(self.ring_device)
         to_cuda = ring.kind == "cuda" and torch is not None and self.dev_kind == "cuda"
         if ring.kind == "host" or (ring.kind == "cuda" and not to_cuda):
-            offs, total = self._layout(tensors, 64)
+            offs, total = _layout(tensors, 64)
             flat = bytearray(total)
             fmv = memoryview(flat)
         dev = torch.device("cuda", self.dev_index) if to_cuda else None
@@ -675,8 +691,9 @@ class _Loader:
 
     def run(self):
         m = self.mount
-        gpu = [t for t in m.tensors if t.placement == "gpu"]
-        cpu = [t for t in m.tensors if t.placement == "cpu"]
+        on_gpu = list(map("gpu".__eq__, map(_PLACEMENT, m.tensors)))
+        gpu = list(compress(m.tensors, on_gpu))
+        cpu = list(compress(m.tensors, map(operator.not_, on_gpu)))
         ri = m.ring_info() if gpu else None
         if ri is not None and ri.ndevices > 1:
             # A mount of several rings: this process's device's, or the rank's.
@@ -720,9 +737,10 @@ class _Loader:
                 os.path.basename(m.mountpoint.rstrip("/")) or "load"
             self.progress = Progress(sum(t.nbytes for t in m.tensors), label=label)
         try:
-            staged = {t.name for t in gpu if t.name in self.shard and ri.backend != BACKEND_NONE}
+            staged = {t.name for t in gpu if t.name in self.shard and ri.backend != BACKEND_NONE} \
+                if self.shard else set()
             out = self._run(m, [_ShardView(t, self.shard[t.name]) if t.name in staged else t
-                                for t in gpu], cpu, ri, gdev)
+                                for t in gpu] if staged else gpu, cpu, ri, gdev)
             return self._cut_whole(m, out, staged)
         finally:
             if self.progress is not None:
@@ -730,6 +748,8 @@ class _Loader:
 
     def _cut_whole(self, m, out, staged):
         """shard=: the rank's parts of the tensors that were read whole (not staged)."""
+        if not self.shard:
+            return out
         for t in m.tensors:
             sl = self.shard.get(t.name)
             if sl is None or t.name in staged:
@@ -786,11 +806,17 @@ class _Loader:
         self.report.seconds["gpu"] = t1 - t0
         self.report.seconds["cpu"] = cpu_done.get("seconds", 0.0)
         self.report.total_seconds = time.perf_counter() - t_all
-        for t in m.tensors:
-            self.report.count[t.placement] += 1
-            self.report.bytes[t.placement] += t.nbytes
+        # Whole tensors, by placement (gpu may hold a rank's slices).
+        nbytes = list(map(_NBYTES, m.tensors))
+        on_gpu = list(map("gpu".__eq__, map(_PLACEMENT, m.tensors)))
+        gpu_bytes = sum(compress(nbytes, on_gpu))
+        self.report.count["gpu"] += sum(on_gpu)
+        self.report.count["cpu"] += len(on_gpu) - sum(on_gpu)
+        self.report.bytes["gpu"] += gpu_bytes
+        self.report.bytes["cpu"] += sum(nbytes) - gpu_bytes
         # Checkpoint order.
-        return {t.name: self.out[t.name] for t in m.tensors}
+        names = list(map(_NAME, m.tensors))
+        return dict(zip(names, map(self.out.__getitem__, names)))
 
 
 def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False,

@@ -224,7 +224,7 @@ class Mount:
     def __init__(self, mountpoint):
         self.mountpoint = os.fspath(mountpoint)
         plan = Plan(self.mountpoint)
-        self.plan = plan.data
+        self._plan = plan
         self.source = plan.source
         self.buffer_size = plan.buffer_size
         self.ring_bytes = plan.ring_bytes
@@ -236,6 +236,11 @@ class Mount:
 
     def __repr__(self):
         return "Mount(%r: %d tensors)" % (self.mountpoint, len(self.tensors))
+
+    @property
+    def plan(self):
+        """The whole .placefs/plan.json object (read when first asked for)."""
+        return self._plan.data
 
     def __enter__(self):
         return self

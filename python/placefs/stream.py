@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import _torch
 from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
 from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _cut_raw, _parse_device,
-                     _read_into, _shard_plan, _ShardView, _ShmDest, _source_order,
+                     _layout, _read_into, _shard_plan, _ShardView, _ShmDest,
                      copy_mode_from_env)
 from .mount import Mount
 
@@ -47,14 +47,7 @@ class _Batch:
     def __init__(self, kind, tensors):
         self.kind = kind  # "cuda" (staged into a CUDA buffer), "shm-stage", "shm-read"
         self.tensors = tensors
-        # Laid out in shard order, so that the daemon moves neighbours as one range.
-        where, pos = {}, 0
-        for t in _source_order(tensors):
-            pos = _align(pos, 256)
-            where[id(t)] = pos
-            pos += t.nbytes
-        self.offs = [where[id(t)] for t in tensors]
-        self.nbytes = pos
+        self.offs, self.nbytes = _layout(tensors, 256)
         self.futures = []
         self.buf = None     # torch CUDA tensor or _ShmDest
         self.export = None  # the IPC export context of a CUDA buffer

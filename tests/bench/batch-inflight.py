@@ -24,6 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The package of this tree, unless PYTHONPATH names one.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from oneshot import mount, umount  # noqa: E402
 
 
@@ -44,7 +46,7 @@ def main():
         m = placefs.Mount(mnt)
         try:
             gpu = [t for t in m.tensors if t.placement == "gpu"]
-            offs, total = loader._Loader._layout(None, gpu, 256)
+            offs, total = loader._layout(gpu, 256)
             buf = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
             torch.cuda.synchronize()
             spans, lock = [], threading.Lock()
