@@ -621,7 +621,7 @@ static int add_u64_column(const struct placefs_plan *plan, const char *key, enum
 		             : c == COL_NBYTES ? ts->nbytes
 		                               : ts->offset;
 
-		rc = placefs_strbuf_addf(sb, i ? ", %" PRIu64 : "%" PRIu64, v);
+		rc = placefs_strbuf_add_u64(sb, i ? ", " : "", v);
 	}
 	return rc ? rc : placefs_strbuf_adds(sb, "]");
 }

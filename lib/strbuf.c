@@ -154,13 +154,31 @@ int placefs_strbuf_add_quoted(struct placefs_strbuf *sb, const char *s, size_t m
 	return 0;
 }
 
+int placefs_strbuf_add_u64(struct placefs_strbuf *sb, const char *sep, uint64_t v)
+{
+	char tmp[32]; /* sep (at most 8 bytes) and 20 digits */
+	size_t seplen = strlen(sep), n = 0, len;
+	char *p;
+
+	if (seplen > 8)
+		return -EINVAL;
+	do {
+		tmp[sizeof(tmp) - 1 - n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	p = tmp + sizeof(tmp) - n - seplen;
+	memcpy(p, sep, seplen);
+	len = n + seplen;
+	return placefs_strbuf_add(sb, p, len);
+}
+
 int placefs_strbuf_add_json_u64_array(struct placefs_strbuf *sb, const uint64_t *v, size_t n)
 {
 	size_t start = sb->len;
 	int rc = placefs_strbuf_add(sb, "[", 1);
 
 	for (size_t i = 0; rc == 0 && i < n; i++)
-		rc = placefs_strbuf_addf(sb, i ? ", %" PRIu64 : "%" PRIu64, v[i]);
+		rc = placefs_strbuf_add_u64(sb, i ? ", " : "", v[i]);
 	if (!rc)
 		rc = placefs_strbuf_add(sb, "]", 1);
 	return truncate_on_error(sb, start, rc);

@@ -38,6 +38,11 @@ int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s);
  * `max` are written, then "..." (inside the quotes).
  */
 int placefs_strbuf_add_quoted(struct placefs_strbuf *sb, const char *s, size_t max);
+/*
+ * Appends `sep` (at most 8 bytes, else -EINVAL) and v in decimal, without
+ * printf: formats with tens of thousands of numbers use it.
+ */
+int placefs_strbuf_add_u64(struct placefs_strbuf *sb, const char *sep, uint64_t v);
 /* Appends a JSON array of unsigned integers: [1, 2, 3] ("[]" when n == 0). */
 int placefs_strbuf_add_json_u64_array(struct placefs_strbuf *sb, const uint64_t *v, size_t n);
 /* Never NULL: "" for an empty buffer. */

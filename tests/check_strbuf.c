@@ -3,6 +3,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,31 @@ START_TEST(test_adds_addf)
 	ck_assert_int_eq(sb.buf[5001], '>');
 	ck_assert_int_eq(sb.buf[5002], '\0');
 	free(longs);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/* add_u64: every digit count, both ends of the range, a separator, a too-long one. */
+START_TEST(test_add_u64)
+{
+	struct placefs_strbuf sb;
+	char want[64];
+	uint64_t v = 1;
+
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_add_u64(&sb, "", 0), 0);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb), "0");
+	for (int d = 1; d <= 20; d++, v = v * 10 + (uint64_t)d % 10) {
+		placefs_strbuf_reset(&sb);
+		ck_assert_int_eq(placefs_strbuf_add_u64(&sb, ", ", v), 0);
+		snprintf(want, sizeof(want), ", %" PRIu64, v);
+		ck_assert_str_eq(placefs_strbuf_cstr(&sb), want);
+	}
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_strbuf_add_u64(&sb, "12345678", UINT64_MAX), 0);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb), "1234567818446744073709551615");
+	ck_assert_int_eq(placefs_strbuf_add_u64(&sb, "123456789", 1), -EINVAL);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb), "1234567818446744073709551615");
 	placefs_strbuf_release(&sb);
 }
 END_TEST
@@ -274,6 +300,7 @@ static Suite *strbuf_suite(void)
 	tcase_add_test(tc, test_add_and_grow);
 	tcase_add_test(tc, test_add_zero_on_empty_allocates);
 	tcase_add_test(tc, test_adds_addf);
+	tcase_add_test(tc, test_add_u64);
 	tcase_add_test(tc, test_addf_on_fresh_buffer);
 	tcase_add_test(tc, test_reset_keeps_allocation);
 	tcase_add_test(tc, test_grow);
