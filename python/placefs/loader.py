@@ -21,7 +21,7 @@ import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from fnmatch import fnmatchcase
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, compress, islice, repeat
 import operator
 from operator import attrgetter
 
@@ -278,6 +278,8 @@ _NAME = attrgetter("name")
 _NBYTES = attrgetter("nbytes")
 _PLACEMENT = attrgetter("placement")
 _SOURCE_OFFSET = attrgetter("source", "offset")
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
 
 
 def _source_order(tensors):
@@ -290,13 +292,20 @@ def _layout(tensors, align):
 
     Each starts at a multiple of align: the offsets are the running sums of
     the sizes rounded up to align, and the total is the last one's end.
-    Shard order lets the daemon move neighbours as one range.
+    Shard order lets the daemon move neighbours as one range. A plan lists
+    its tensors in shard order already (doc/SEMANTICS.md, checkpoint order),
+    so they are sorted only when they are not.
     """
-    order = _source_order(tensors)
+    keys = list(map(_SOURCE_OFFSET, tensors))
+    in_order = all(map(operator.le, keys, islice(keys, 1, None)))
+    order = tensors if in_order else _source_order(tensors)
     sizes = list(map(_NBYTES, order))
     starts = list(accumulate([-(-n // align) * align for n in sizes], initial=0))
-    where = dict(zip(map(id, order), starts))
     total = starts[-2] + sizes[-1] if sizes else 0
+    if in_order:
+        starts.pop()
+        return starts, total
+    where = dict(zip(map(id, order), starts))
     return list(map(where.__getitem__, map(id, tensors))), total
 
 
@@ -308,11 +317,16 @@ def _chunks(items, workers):
     each large one (BATCH_BELOW and up) is a request of its own, a list of
     one, sent as a plain STAGE.
     """
-    items = [(t, o) for t, o in items if t.nbytes]
+    items = list(items)
+    nbytes = list(map(_NBYTES, map(_FIRST, items)))
+    small = list(compress(items, map(BATCH_BELOW.__gt__, nbytes)))
+    out = [[a] for a in compress(items, map(BATCH_BELOW.__le__, nbytes))]
+    small = list(compress(small, map(_NBYTES, map(_FIRST, small))))  # not empty ones
     # In destination order, which _layout made shard order: the daemon moves
     # entries that are neighbours in both as one range.
-    small = sorted([a for a in items if a[0].nbytes < BATCH_BELOW], key=operator.itemgetter(1))
-    out = [[a] for a in items if a[0].nbytes >= BATCH_BELOW]
+    offs = list(map(_SECOND, small))
+    if not all(map(operator.le, offs, islice(offs, 1, None))):
+        small.sort(key=_SECOND)
     if small:
         per = max(1, min(BATCH_MAX, -(-len(small) // (2 * max(1, workers)))))
         out += [small[i:i + per] for i in range(0, len(small), per)]
