@@ -90,7 +90,17 @@ struct sreq {
 	struct placefs_ioc_stage io;
 };
 
-/* One STAGE_BATCH request while it runs: its entries go to the batch pool. */
+/* One tensor of a STAGE_BATCH request as it runs: an entry, or a tensor of a range. */
+struct bitem {
+	uint64_t tensor;      /* plan index */
+	uint64_t dest_offset; /* in the batch's destination */
+	uint64_t nbytes;      /* out: its payload bytes */
+	int32_t error;        /* out: 0 or a positive errno */
+	uint32_t out_flags;   /* out: PLACEFS_IOC_STAGED_* */
+	unsigned from;        /* the request's entry it belongs to */
+};
+
+/* One STAGE_BATCH request while it runs: its items go to the batch pool. */
 struct bjob {
 	struct sreq r; /* cancel flag, the in-flight list, the caller's ids */
 	gid_t gid;
@@ -98,13 +108,15 @@ struct bjob {
 	int dfd;                            /* read mode: the destination shm object */
 	unsigned pos;                       /* copy mode: the stager of the destination's device */
 	bool direct;                        /* copy mode: that stager copies direct (no ring) */
+	struct bitem *items;                /* the entries, or the ranges' tensors */
+	size_t nitems;
 	struct {
-		unsigned first, count;
-	} runs[PLACEFS_IOC_BATCH_MAX]; /* entries moved as one range (batch_runs()) */
-	unsigned nruns;
-	unsigned next;        /* the next run to start (fs->block) */
-	unsigned inflight;    /* runs in progress (fs->block) */
-	unsigned done;        /* entries that succeeded (fs->block) */
+		size_t first, count;
+	} * runs; /* items moved as one range (batch_runs()), nitems at most */
+	size_t nruns;
+	size_t next;          /* the next run to start (fs->block) */
+	size_t inflight;      /* runs in progress (fs->block) */
+	size_t done;          /* items that succeeded (fs->block) */
 	pthread_cond_t ended; /* inflight reached 0 with no entry left */
 	struct bjob *next_job;
 };
@@ -1079,11 +1091,23 @@ static int check_batch(const struct placefs_ioc_stage_batch *b, char *why, size_
 		           PLACEFS_IOC_STAGE_COPY, PLACEFS_IOC_STAGE_READ);
 	if (b->count == 0 || b->count > PLACEFS_IOC_BATCH_MAX)
 		return bad(why, len, "count %u, expected 1 to %d", b->count, PLACEFS_IOC_BATCH_MAX);
-	if (b->total_ns || b->done || b->pad0 || !all_zero(b->reserved, sizeof(b->reserved)))
+	if (b->total_ns || b->done || !all_zero(b->reserved, sizeof(b->reserved)))
 		return bad(why, len, "a reserved or out field is not zero");
-	for (i = 0; i < b->count; i++)
-		if (b->entries[i].nbytes || b->entries[i].error || b->entries[i].out_flags)
+	if (b->flags & ~PLACEFS_IOC_BATCH_RANGES)
+		return bad(why, len, "flags 0x%x: only PLACEFS_IOC_BATCH_RANGES (0x%x) is known",
+		           b->flags, PLACEFS_IOC_BATCH_RANGES);
+	for (i = 0; i < b->count; i++) {
+		/* A range's nbytes is its length (in); an entry's is out only. */
+		if ((b->flags & PLACEFS_IOC_BATCH_RANGES) ? b->entries[i].nbytes == 0
+		                                          : b->entries[i].nbytes != 0)
+			return bad(why, len, "entry %u: nbytes %llu: %s", i,
+			           (unsigned long long)b->entries[i].nbytes,
+			           (b->flags & PLACEFS_IOC_BATCH_RANGES)
+			                   ? "a range holds at least one plan entry"
+			                   : "an out field is not zero");
+		if (b->entries[i].error || b->entries[i].out_flags)
 			return bad(why, len, "entry %u: an out field is not zero", i);
+	}
 	if (!all_zero(&b->entries[b->count],
 	              (PLACEFS_IOC_BATCH_MAX - b->count) * sizeof(b->entries[0])))
 		return bad(why, len, "entries after the first %u are not zero", b->count);
@@ -1110,13 +1134,13 @@ static void batch_unqueue(struct placefs_ioctl *fs, struct bjob *j)
  * none yet); the entries of a run share one shard, and the check costs two
  * stat calls. 0 or a negative errno with a message.
  */
-static int entry_check(struct bjob *j, unsigned i, const struct placefs_tensor **tp,
-                       int64_t *healthy, struct placefs_error *err)
+static int entry_check(struct bjob *j, size_t i, const struct placefs_tensor **tp, int64_t *healthy,
+                       struct placefs_error *err)
 {
 	struct placefs_ioctl *fs = j->r.fs;
 	struct placefs_mount *m = fs->m;
 	struct placefs_ioc_stage_batch *io = j->io;
-	struct placefs_ioc_batch_entry *e = &io->entries[i];
+	struct bitem *e = &j->items[i];
 	const struct placefs_plan_entry *pe;
 	const struct placefs_tensor *t;
 	uint64_t end;
@@ -1124,8 +1148,8 @@ static int entry_check(struct bjob *j, unsigned i, const struct placefs_tensor *
 
 	if (e->tensor >= placefs_plan_count(m->plan))
 		return placefs_error_set(err, -ERANGE, PLACEFS_E_USAGE,
-		                         "entry %u: tensor index %llu, the plan has %zu tensors", i,
-		                         (unsigned long long)e->tensor,
+		                         "entry %u: tensor index %llu, the plan has %zu tensors",
+		                         e->from, (unsigned long long)e->tensor,
 		                         placefs_plan_count(m->plan));
 	pe = placefs_plan_entry(m->plan, (size_t)e->tensor);
 	t = pe->tensor;
@@ -1247,11 +1271,11 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
  * destination, see batch_runs()), else as the one tensor. Entry errors are
  * set; returns how many entries landed.
  */
-static unsigned batch_run(struct bjob *j, unsigned r)
+static size_t batch_run(struct bjob *j, size_t r)
 {
 	struct placefs_ioctl *fs = j->r.fs;
 	struct placefs_ioc_stage_batch *io = j->io;
-	unsigned first = j->runs[r].first, n = j->runs[r].count, i, ok = 0;
+	size_t first = j->runs[r].first, n = j->runs[r].count, i, ok = 0;
 	const struct placefs_tensor *t0 = NULL, *t = NULL;
 	struct placefs_error err;
 	uint64_t bytes = 0;
@@ -1280,12 +1304,12 @@ static unsigned batch_run(struct bjob *j, unsigned r)
 		rc = placefs_error_set(&err, -EINTR, PLACEFS_E_IO, "interrupted");
 	if (rc == 0) {
 		atomic_fetch_add_explicit(&fs->batch_moves, 1, memory_order_relaxed);
-		rc = batch_move(j, t0, t0->offset, bytes, io->entries[first].dest_offset,
-		                n == 1 ? io->entries[first].tensor + 1 : 0, &pf, &err);
+		rc = batch_move(j, t0, t0->offset, bytes, j->items[first].dest_offset,
+		                n == 1 ? j->items[first].tensor + 1 : 0, &pf, &err);
 	}
 	for (i = first; i < first + n; i++) {
-		io->entries[i].error = rc < 0 ? -rc : 0;
-		io->entries[i].out_flags = rc == 0 && pf ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
+		j->items[i].error = rc < 0 ? -rc : 0;
+		j->items[i].out_flags = rc == 0 && pf ? PLACEFS_IOC_STAGED_PREFETCHED : 0;
 	}
 	if (rc == 0) {
 		/*
@@ -1300,8 +1324,8 @@ static unsigned batch_run(struct bjob *j, unsigned r)
 		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
 		placefs_log_limited(&fs->loglim, rc == -EFBIG ? LOG_NOTICE : LOG_ERR,
 		                    "staging: batch %s, entries %u-%u failed (%s): %s",
-		                    mode_name(io->mode), first, first + n - 1, strerror(-rc),
-		                    err.msg);
+		                    mode_name(io->mode), j->items[first].from,
+		                    j->items[first + n - 1].from, strerror(-rc), err.msg);
 	}
 	return ok;
 }
@@ -1324,15 +1348,15 @@ static void batch_runs(struct bjob *j)
 	uint64_t cap = j->direct ? fs->info.ring_bytes : fs->info.ring_bytes / 4;
 	const struct placefs_tensor *prev = NULL;
 	uint64_t run_bytes = 0, prev_dest = 0;
-	unsigned i;
+	size_t i;
 
 	if (cap > (64ULL << 20))
 		cap = 64ULL << 20;
 	if (io->mode == PLACEFS_IOC_STAGE_READ)
 		cap = 256ULL << 20;
 	j->nruns = 0;
-	for (i = 0; i < io->count; i++) {
-		const struct placefs_ioc_batch_entry *e = &io->entries[i];
+	for (i = 0; i < j->nitems; i++) {
+		const struct bitem *e = &j->items[i];
 		const struct placefs_plan_entry *pe = NULL;
 		const struct placefs_tensor *t = NULL;
 		bool joins = false;
@@ -1362,6 +1386,126 @@ static void batch_runs(struct bjob *j)
 	}
 }
 
+static int cmp_range(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/*
+ * Sets j's items: its entries one for one; or, with PLACEFS_IOC_BATCH_RANGES,
+ * the tensors of each range that the mode places (copy: gpu, read: cpu) in
+ * plan order, each at dest_offset + its packed offset. A range that is not
+ * within the plan becomes one item that fails its check (ERANGE). 0,
+ * -ENOMEM, or -EINVAL with `why` when two ranges overlap (so the items are
+ * never more than the plan's tensors plus the entries).
+ */
+static int batch_items(struct bjob *j, char *why, size_t len)
+{
+	const struct placefs_plan *plan = j->r.fs->m->plan;
+	const struct placefs_ioc_stage_batch *io = j->io;
+	const bool ranges = io->flags & PLACEFS_IOC_BATCH_RANGES;
+	const enum placefs_placement want =
+	        io->mode == PLACEFS_IOC_STAGE_COPY ? PLACEFS_PLACE_GPU : PLACEFS_PLACE_CPU;
+	const uint64_t n = placefs_plan_count(plan);
+	uint64_t span[PLACEFS_IOC_BATCH_MAX][2];
+	size_t total = 0, k = 0;
+	unsigned i, ns = 0;
+
+	for (i = 0; ranges && i < io->count; i++) {
+		const struct placefs_ioc_batch_entry *e = &io->entries[i];
+		uint64_t end;
+
+		if (e->tensor < n && !__builtin_add_overflow(e->tensor, e->nbytes, &end) &&
+		    end <= n) {
+			span[ns][0] = e->tensor;
+			span[ns++][1] = end;
+		}
+	}
+	qsort(span, ns, sizeof(span[0]), cmp_range);
+	for (i = 1; i < ns; i++)
+		if (span[i][0] < span[i - 1][1])
+			return -bad(why, len, "ranges [%llu, %llu) and [%llu, %llu) overlap",
+			            (unsigned long long)span[i - 1][0],
+			            (unsigned long long)span[i - 1][1],
+			            (unsigned long long)span[i][0], (unsigned long long)span[i][1]);
+	for (i = 0; i < io->count; i++) {
+		const struct placefs_ioc_batch_entry *e = &io->entries[i];
+		uint64_t end;
+
+		if (!ranges || e->tensor >= n ||
+		    __builtin_add_overflow(e->tensor, e->nbytes, &end) || end > n) {
+			total++;
+			continue;
+		}
+		for (uint64_t t = e->tensor; t < end; t++)
+			total += placefs_plan_entry(plan, (size_t)t)->placement == want;
+	}
+	j->items = calloc(total ? total : 1, sizeof(*j->items));
+	j->runs = calloc(total ? total : 1, sizeof(*j->runs));
+	if (!j->items || !j->runs)
+		return -ENOMEM;
+	for (i = 0; i < io->count; i++) {
+		const struct placefs_ioc_batch_entry *e = &io->entries[i];
+		uint64_t end;
+
+		if (!ranges || e->tensor >= n ||
+		    __builtin_add_overflow(e->tensor, e->nbytes, &end) || end > n) {
+			/* An entry; or a range past the plan, which fails its check. */
+			j->items[k].tensor = ranges && e->tensor < n ? n : e->tensor;
+			j->items[k].dest_offset = e->dest_offset;
+			j->items[k++].from = i;
+			continue;
+		}
+		for (uint64_t t = e->tensor; t < end; t++) {
+			const struct placefs_plan_entry *pe = placefs_plan_entry(plan, (size_t)t);
+
+			if (pe->placement != want)
+				continue;
+			j->items[k].tensor = t;
+			j->items[k].dest_offset = e->dest_offset + pe->packed; /* modulo 2^64 */
+			j->items[k++].from = i;
+		}
+	}
+	j->nitems = k;
+	return 0;
+}
+
+/*
+ * Writes the items' results into the request's entries; returns the entries
+ * with error 0. A range's nbytes is the bytes its tensors moved; its error
+ * the first failing tensor's, whose plan index replaces `tensor`.
+ */
+static uint32_t batch_fold(struct bjob *j)
+{
+	struct placefs_ioc_stage_batch *io = j->io;
+	uint32_t done = 0;
+	unsigned i;
+
+	if (io->flags & PLACEFS_IOC_BATCH_RANGES)
+		for (i = 0; i < io->count; i++)
+			io->entries[i].nbytes = 0;
+	for (size_t k = 0; k < j->nitems; k++) {
+		const struct bitem *it = &j->items[k];
+		struct placefs_ioc_batch_entry *e = &io->entries[it->from];
+
+		if (!(io->flags & PLACEFS_IOC_BATCH_RANGES)) {
+			e->nbytes = it->nbytes;
+			e->error = it->error;
+			e->out_flags = it->out_flags;
+		} else if (it->error == 0) {
+			e->nbytes += it->nbytes;
+		} else if (e->error == 0) {
+			e->error = it->error;
+			e->tensor = it->tensor;
+		}
+	}
+	for (i = 0; i < io->count; i++)
+		done += io->entries[i].error == 0;
+	return done;
+}
+
 /*
  * fs->block held: runs one run of `only` (or, for a pool thread, of the
  * oldest queued job), dropping the lock meanwhile. False when there was none.
@@ -1369,7 +1513,7 @@ static void batch_runs(struct bjob *j)
 static bool batch_step(struct placefs_ioctl *fs, struct bjob *only)
 {
 	struct bjob *j = only ? only : fs->bjobs;
-	unsigned r, ok;
+	size_t r, ok;
 
 	if (!j || j->next >= j->nruns)
 		return false;
@@ -1470,6 +1614,16 @@ static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 		return;
 	}
 	memcpy(j.io, in, sizeof(*j.io));
+	rc = batch_items(&j, why, sizeof(why));
+	if (rc == -EINVAL) {
+		placefs_error_set(&err, rc, PLACEFS_E_USAGE, "bad batch request: %s", why);
+		rc = EINVAL;
+		goto out_reply_err;
+	} else if (rc < 0) {
+		placefs_error_set(&err, rc, PLACEFS_E_NOMEM, "out of memory");
+		rc = ENOMEM;
+		goto out_reply_err;
+	}
 	if (in->mode == PLACEFS_IOC_STAGE_READ) {
 		placefs_error_clear(&err);
 		j.dfd = placefs_fill_open_shm((const char *)in->dest_handle, 1, (unsigned)j.r.uid,
@@ -1500,11 +1654,11 @@ static void do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	fuse_req_interrupt_func(req, NULL, NULL);
 	inflight_del(fs, &j.r);
 
-	j.io->done = j.done;
+	j.io->done = batch_fold(&j);
 	j.io->total_ns = placefs_clock_ns() - t0;
 	atomic_fetch_add_explicit(&fs->batches, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&fs->batch_entries, j.io->count, memory_order_relaxed);
-	atomic_fetch_add_explicit(&fs->batch_failed, j.io->count - j.done, memory_order_relaxed);
+	atomic_fetch_add_explicit(&fs->batch_entries, j.nitems, memory_order_relaxed);
+	atomic_fetch_add_explicit(&fs->batch_failed, j.nitems - j.done, memory_order_relaxed);
 	fuse_reply_ioctl(req, 0, j.io, sizeof(*j.io));
 	rc = 0;
 out_reply_err:
@@ -1517,6 +1671,8 @@ out_reply_err:
 	if (j.dfd >= 0)
 		close(j.dfd);
 	pthread_cond_destroy(&j.ended);
+	free(j.runs);
+	free(j.items);
 	free(j.io);
 	atomic_fetch_sub(&fs->inline_busy, 1);
 }

@@ -48,8 +48,8 @@ struct placefs_vtree {
 	struct timespec now;
 	size_t *list[2]; /* plan entry indexes per placement, checkpoint order */
 	size_t nlist[2];
-	char *text[4]; /* plan, plan.json, metadata.json, columns.json */
-	size_t text_len[4];
+	char *text[5]; /* plan, plan.json, metadata.json, columns.json, layout.json */
+	size_t text_len[5];
 	uint64_t total_bytes;
 	struct vparts v;
 };
@@ -71,11 +71,12 @@ static const struct {
         [PLACEFS_INO_GPU_DIR] = {"gpu", PLACEFS_INO_BYPL_DIR, PLACEFS_V_DIR, -1},
         [PLACEFS_INO_CPU_DIR] = {"cpu", PLACEFS_INO_BYPL_DIR, PLACEFS_V_DIR, -1},
         [PLACEFS_INO_COLUMNS] = {"columns.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 3},
+        [PLACEFS_INO_LAYOUT] = {"layout.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 4},
 };
 
 /* Children of the fixed directories other than the root and the placement views. */
 static const uint64_t ctl_children[] = {
-        PLACEFS_INO_PLAN,  PLACEFS_INO_PLAN_JSON, PLACEFS_INO_COLUMNS,
+        PLACEFS_INO_PLAN,  PLACEFS_INO_PLAN_JSON, PLACEFS_INO_COLUMNS,  PLACEFS_INO_LAYOUT,
         PLACEFS_INO_STATS, PLACEFS_INO_METADATA,  PLACEFS_INO_BYPL_DIR,
 };
 #define N_CTL (sizeof(ctl_children) / sizeof(ctl_children[0]))
@@ -287,7 +288,7 @@ int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_pla
 		vt->total_bytes += e->tensor->nbytes;
 	}
 
-	for (k = 0; k < 4; k++) {
+	for (k = 0; k < 5; k++) {
 		placefs_strbuf_reset(&sb);
 		if (k == 0) {
 			rc = placefs_plan_format_text(plan, source, &sb);
@@ -297,6 +298,8 @@ int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_pla
 			rc = placefs_plan_format_json(plan, source, &sb);
 		} else if (k == 3) {
 			rc = placefs_plan_format_columns(plan, source, &sb);
+		} else if (k == 4) {
+			rc = placefs_plan_format_layout(plan, &sb);
 		} else {
 			rc = format_metadata(ck, &sb);
 		}
@@ -327,7 +330,7 @@ void placefs_vtree_free(struct placefs_vtree *vt)
 		return;
 	for (k = 0; k < 2; k++)
 		free(vt->list[k]);
-	for (k = 0; k < 4; k++)
+	for (k = 0; k < 5; k++)
 		free(vt->text[k]);
 	for (k = 0; k < PLACEFS_VIEW_KINDS; k++) {
 		free(vt->v.list[k]);

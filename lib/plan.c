@@ -37,6 +37,24 @@ static const char *tfile(const struct placefs_tensor *t)
 	return t->file ? t->file : "(unknown file)";
 }
 
+/*
+ * Appends a tensor of nbytes to a packed layout that ends at *end: *at is
+ * where it starts (the next multiple of PLACEFS_PLAN_PACK_ALIGN), *end moves
+ * past it. -EOVERFLOW past UINT64_MAX.
+ */
+static int pack(uint64_t *end, uint64_t nbytes, uint64_t *at)
+{
+	uint64_t a;
+
+	if (__builtin_add_overflow(*end, PLACEFS_PLAN_PACK_ALIGN - 1, &a))
+		return -EOVERFLOW;
+	a &= ~(uint64_t)(PLACEFS_PLAN_PACK_ALIGN - 1);
+	if (__builtin_add_overflow(a, nbytes, end))
+		return -EOVERFLOW;
+	*at = a;
+	return 0;
+}
+
 /* Sort order for duplicate detection: by name, then checkpoint order. */
 static int cmp_entry_name(const void *a, const void *b)
 {
@@ -385,6 +403,14 @@ int placefs_plan_create(const struct placefs_tensor *tensors, size_t n,
 		}
 		if (t->nbytes > plan->totals.largest[p])
 			plan->totals.largest[p] = t->nbytes;
+		rc = pack(&plan->totals.packed[p], t->nbytes, &e->packed);
+		if (rc) {
+			rc = placefs_error_set(
+			        err, rc, PLACEFS_E_USAGE,
+			        "the %s-placed tensors, packed, take more than %" PRIu64 " bytes",
+			        placefs_placement_name(p), UINT64_MAX);
+			goto fail;
+		}
 	}
 	for (size_t i = 0; i < plan->n; i++) {
 		enum placefs_placement p = plan->entries[i].placement;
@@ -684,6 +710,27 @@ static int add_names(const struct placefs_plan *plan, struct placefs_strbuf *sb)
 		first = false;
 	}
 	return rc ? rc : placefs_strbuf_adds(sb, "}");
+}
+
+int placefs_plan_format_layout(const struct placefs_plan *plan, struct placefs_strbuf *sb)
+{
+	const struct placefs_plan_totals *t = &plan->totals;
+	size_t start = sb->len;
+	int rc;
+
+	rc = placefs_strbuf_addf(sb, "{\"align\": %d, \"first\": ", PLACEFS_PLAN_PACK_ALIGN);
+	if (!rc)
+		rc = plan->n ? placefs_strbuf_add_json_string(sb, plan->entries[0].fname)
+		             : placefs_strbuf_adds(sb, "null");
+	for (int p = 0; rc == 0 && p < 2; p++)
+		rc = placefs_strbuf_addf(sb,
+		                         ", \"%s\": {\"count\": %" PRIu64 ", \"bytes\": %" PRIu64
+		                         ", \"packed\": %" PRIu64 "}",
+		                         placefs_placement_name((enum placefs_placement)p),
+		                         t->count[p], t->bytes[p], t->packed[p]);
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, "}\n");
+	return rollback(sb, start, rc);
 }
 
 int placefs_plan_format_columns(const struct placefs_plan *plan, const char *source,

@@ -64,16 +64,27 @@ struct placefs_plan_options {
 int placefs_plan_limit_parse(const char *text, const char *origin, int *has_limit, uint64_t *limit,
                              const char **limit_origin, struct placefs_error *err);
 
+/*
+ * The packed layout of a placement: its tensors in plan order, each at the
+ * first multiple of PLACEFS_PLAN_PACK_ALIGN at or after the end of the one
+ * before, the first at 0. A loader that lays a placement's tensors out in
+ * one buffer this way can ask for ranges of them by plan index alone
+ * (PLACEFS_IOC_BATCH_RANGES, include/placefs/ioctl.h).
+ */
+#define PLACEFS_PLAN_PACK_ALIGN 256
+
 struct placefs_plan_entry {
 	const struct placefs_tensor *tensor;
 	enum placefs_placement placement;
 	const char *fname; /* encoded file name (lib/name.h) */
+	uint64_t packed;   /* its offset in its placement's packed layout */
 };
 
 struct placefs_plan_totals {
 	uint64_t count[2]; /* indexed by enum placefs_placement */
 	uint64_t bytes[2];
 	uint64_t largest[2];
+	uint64_t packed[2]; /* the packed layout's size: the end of its last tensor */
 };
 
 struct placefs_plan;
@@ -151,6 +162,15 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
  */
 int placefs_plan_format_columns(const struct placefs_plan *plan, const char *source,
                                 struct placefs_strbuf *sb);
+/*
+ * What a loader needs before it reads the plan (one line, then "\n"):
+ * {"align": PLACEFS_PLAN_PACK_ALIGN, "first": S|null, "gpu": {"count": N,
+ *  "bytes": N, "packed": N}, "cpu": {...}}
+ * "first" is the file name of the plan's first tensor (a file the staging
+ * ioctls can be issued on); "packed" each placement's packed layout size.
+ * The mount's .placefs/layout.json. 0 or -ENOMEM with sb as it was.
+ */
+int placefs_plan_format_layout(const struct placefs_plan *plan, struct placefs_strbuf *sb);
 /* The text plan: one line per tensor, then a summary. */
 int placefs_plan_format_text(const struct placefs_plan *plan, const char *source,
                              struct placefs_strbuf *sb);

@@ -659,6 +659,44 @@ START_TEST(test_columns_exact)
 END_TEST
 
 /*
+ * Packed layouts: each placement's tensors in plan order, each at the next
+ * multiple of 256; layout.json gives their sizes and the first file name.
+ */
+START_TEST(test_layout_packed)
+{
+	static const uint64_t s1[] = {1};
+	const struct placefs_tensor t[] = {
+	        {".a", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 300, 8},
+	        {"b", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 1000, 308},
+	        {"c", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 0, 1308},
+	        {"d", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 256, 1308},
+	        {"e", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 2000, 1564},
+	        {"f", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 1, 3564},
+	};
+	/* gpu (<= 300): .a 0, c 512, d 512, f 768; cpu: b 0, e 1024 */
+	static const uint64_t want[] = {0, 0, 512, 512, 1024, 768};
+	struct placefs_plan_totals tot;
+	struct placefs_strbuf sb;
+	struct placefs_plan *p;
+
+	p = plan_ok(t, 6, NULL, 0, 1, 300);
+	for (size_t i = 0; i < 6; i++)
+		ck_assert_uint_eq(placefs_plan_entry(p, i)->packed, want[i]);
+	placefs_plan_totals(p, &tot);
+	ck_assert_uint_eq(tot.packed[PLACEFS_PLACE_GPU], 769);
+	ck_assert_uint_eq(tot.packed[PLACEFS_PLACE_CPU], 3024);
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_plan_format_layout(p, &sb), 0);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb),
+	                 "{\"align\": 256, \"first\": \"%2Ea\", \"gpu\": {\"count\": 4, "
+	                 "\"bytes\": 557, \"packed\": 769}, \"cpu\": {\"count\": 2, \"bytes\": "
+	                 "3000, \"packed\": 3024}}\n");
+	placefs_plan_free(p);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/*
  * Each tensor's "filename" is its file's name in the mount, encoded as
  * lib/name.h says, so that a client never encodes a name itself.
  */
@@ -1262,6 +1300,7 @@ static Suite *plan_suite(void)
 	tcase_add_test(tc, test_size_overflows);
 	tcase_add_test(tc, test_json_exact);
 	tcase_add_test(tc, test_columns_exact);
+	tcase_add_test(tc, test_layout_packed);
 	tcase_add_test(tc, test_json_filename);
 	tcase_add_test(tc, test_limit_parse);
 	tcase_add_test(tc, test_quoted_names);

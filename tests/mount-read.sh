@@ -45,6 +45,8 @@ for dev in host none; do
 	note "$dev: $out"
 	out=$(tmo 60 $T batch "$MP" ck.safetensors) || fail "batch ($dev): $out"
 	note "$dev: $out"
+	out=$(tmo 60 $T ranges "$MP" ck.safetensors) || fail "ranges ($dev): $out"
+	note "$dev: $out"
 	out=$(tmo 60 $T stream "$MP" ck.safetensors) || fail "stream ($dev): $out"
 	note "$dev: $out"
 	if [ $dev = host ]; then
@@ -64,6 +66,8 @@ tmo 20 "$MKCKPT" -q --moe 4:64:80:32:100 --shards 2 --index moe || fail "mkckpt 
 for dev in host none; do
 	mount_fs moe "$MP" -o buffer_size=1048576,device=$dev
 	out=$(tmo 60 $T runs "$MP" moe) || fail "runs ($dev): $out"
+	note "$dev: $out"
+	out=$(tmo 60 $T ranges "$MP" moe) || fail "ranges, moe ($dev): $out"
 	note "$dev: $out"
 	out=$(tmo 60 $T stream "$MP" moe) || fail "stream ($dev): $out"
 	note "$dev: $out"

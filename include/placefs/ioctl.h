@@ -200,6 +200,12 @@ struct placefs_ioc_release {
 	uint64_t reserved[6]; /* in: zero */
 };
 
+/*
+ * PLACEFS_IOC_STAGE_BATCH flag: each entry is a range of the plan, not one
+ * tensor (see below).
+ */
+#define PLACEFS_IOC_BATCH_RANGES 1u
+
 /* Entries of one PLACEFS_IOC_STAGE_BATCH request, at most. */
 #define PLACEFS_IOC_BATCH_MAX 256
 
@@ -211,6 +217,20 @@ struct placefs_ioc_batch_entry {
 	int32_t error;        /* out: 0, or the positive errno of this entry */
 	uint32_t out_flags;   /* in: zero; out: PLACEFS_IOC_STAGED_* */
 };
+/*
+ * With PLACEFS_IOC_BATCH_RANGES an entry is a range of plan entries,
+ * [tensor, tensor + nbytes), of which it moves the tensors the mode places:
+ * copy mode the gpu-placed ones, read mode the cpu-placed ones. Each goes to
+ * dest_offset + its offset in its placement's packed layout (modulo 2^64):
+ * the placement's tensors in plan order, each at the first multiple of 256
+ * after the one before, from 0 (.placefs/layout.json gives each layout's
+ * size). A loader that lays a placement out so in one buffer at B passes
+ * dest_offset = B for every range and knows nothing else of the plan.
+ *   in:  tensor (first index), dest_offset, nbytes (entries in the range, >= 1)
+ *   out: nbytes (payload bytes moved), error (0, or the errno of the first
+ *        tensor that failed, whose plan index then replaces `tensor`)
+ * A range with no tensor of the mode's placement moves nothing and succeeds.
+ */
 
 /*
  * PLACEFS_IOC_STAGE_BATCH: many tensors in one request, into one destination,
@@ -240,7 +260,7 @@ struct placefs_ioc_stage_batch {
 	uint64_t timeout_ns;                         /* in: per entry, as for PLACEFS_IOC_STAGE */
 	uint64_t total_ns;                           /* out: time in the daemon */
 	uint32_t done;                               /* out: entries with error 0 */
-	uint32_t pad0;                               /* in: zero */
+	uint32_t flags;                              /* in: zero or PLACEFS_IOC_BATCH_RANGES */
 	uint64_t reserved[9];                        /* in: zero; out: zero */
 	struct placefs_ioc_batch_entry entries[PLACEFS_IOC_BATCH_MAX];
 };

@@ -67,6 +67,10 @@ _RELEASE_FMT = "=IIQ6Q"
 BATCH_MAX = 256
 _BATCH_HEAD_FMT = "=IIIIIIQ%dsQQII9Q" % HANDLE_MAX
 _BATCH_ENTRY_FMT = "=QQQiI"
+# PLACEFS_IOC_BATCH_RANGES: entries are ranges of the plan (stage_batch(ranges=True)).
+BATCH_RANGES = 1
+# PLACEFS_PLAN_PACK_ALIGN: a placement's packed layout aligns each tensor to it.
+PACK_ALIGN = 256
 BATCH_SIZE = 256 + BATCH_MAX * 32
 
 RING_INFO_SIZE = 256
@@ -412,7 +416,7 @@ def stage(fd, mode="copy", dest=None, timeout_ns=0, what="stage", slice=None, de
     return StageResult(*f[10:18], device=f[20])
 
 
-def stage_batch(fd, mode, dest, entries, timeout_ns=0, what="batch"):
+def stage_batch(fd, mode, dest, entries, timeout_ns=0, what="batch", ranges=False):
     """PLACEFS_IOC_STAGE_BATCH: up to BATCH_MAX tensors into one Destination.
 
     mode "copy" (gpu-placed tensors through the ring) or "read" (any tensor,
@@ -420,6 +424,13 @@ def stage_batch(fd, mode, dest, entries, timeout_ns=0, what="batch"):
     (tensor index in plan.json, dest_offset). fd: any tensor file of the
     mount. Returns [(nbytes, errno, out_flags)], one per entry (errno 0 when
     it landed); OSError only when the request as a whole fails.
+
+    ranges=True (BATCH_RANGES): entries are (first index, count, base), each
+    the plan entries [first, first + count), of which the tensors the mode
+    places (copy: gpu, read: cpu) go to base + their offset in that
+    placement's packed layout (include/placefs/ioctl.h). Returns [(nbytes,
+    errno, index)]: the bytes moved, and the errno and plan index of the
+    first tensor that failed (errno 0: all landed).
     """
     m = _mode_number(mode)
     if m not in (STAGE_COPY, STAGE_READ):
@@ -432,15 +443,19 @@ def stage_batch(fd, mode, dest, entries, timeout_ns=0, what="batch"):
         raise ValueError("%s: %d entries, expected 1 to %d" % (what, len(entries), BATCH_MAX))
     buf = bytearray(BATCH_SIZE)
     struct.pack_into(_BATCH_HEAD_FMT, buf, 0, IOC_VERSION, BATCH_SIZE, m, len(entries),
-                     dest.kind, len(dest.handle), dest.size, dest.handle, timeout_ns, 0, 0, 0,
-                     *([0] * 9))
-    for i, (index, off) in enumerate(entries):
-        struct.pack_into(_BATCH_ENTRY_FMT, buf, 256 + 32 * i, index, off, 0, 0, 0)
+                     dest.kind, len(dest.handle), dest.size, dest.handle, timeout_ns, 0, 0,
+                     BATCH_RANGES if ranges else 0, *([0] * 9))
+    if ranges:
+        for i, (first, count, base) in enumerate(entries):
+            struct.pack_into(_BATCH_ENTRY_FMT, buf, 256 + 32 * i, first, base, count, 0, 0)
+    else:
+        for i, (index, off) in enumerate(entries):
+            struct.pack_into(_BATCH_ENTRY_FMT, buf, 256 + 32 * i, index, off, 0, 0, 0)
     _ioctl(fd, IOC_STAGE_BATCH, buf, what)
     out = []
     for i in range(len(entries)):
-        _, _, nbytes, err, flags = struct.unpack_from(_BATCH_ENTRY_FMT, buf, 256 + 32 * i)
-        out.append((nbytes, err, flags))
+        index, _, nbytes, err, flags = struct.unpack_from(_BATCH_ENTRY_FMT, buf, 256 + 32 * i)
+        out.append((nbytes, err, index if ranges else flags))
     return out
 
 

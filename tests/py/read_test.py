@@ -355,6 +355,107 @@ def batch(mnt, source):
           "7 malformed requests EINVAL" % (len(ts), len(gpu)))
 
 
+def packed_layout(tensors, placement, align=256):
+    """{index: offset} of the placement's packed layout (plan order, each aligned), size."""
+    where, end = {}, 0
+    for t in tensors:
+        if t.placement == placement:
+            at = -(-end // align) * align
+            where[t.index] = at
+            end = at + t.nbytes
+    return where, end
+
+
+def ranges(mnt, source):
+    """STAGE_BATCH with BATCH_RANGES: plan ranges into the packed layouts of layout.json."""
+    import fcntl
+    from placefs import _ioctl as io
+    m = placefs.Mount(mnt)
+    staged = stats(mnt).get("backend") != "none"
+    n = len(m.tensors)
+    ref = _source_ref(source)
+    with open(os.path.join(mnt, ".placefs", "layout.json")) as f:
+        lay = json.load(f)
+    check(lay["align"] == io.PACK_ALIGN == 256 and lay["first"] == m.tensors[0].filename,
+          "layout.json header %r" % lay)
+    fd = os.open(os.path.join(mnt, lay["first"]), os.O_RDONLY)
+    b0 = stats(mnt)["batch"]
+    moved = 0
+    for mode, pl in (("copy", "gpu"), ("read", "cpu")):
+        where, size = packed_layout(m.tensors, pl)
+        mine = [t for t in m.tensors if t.placement == pl]
+        check(lay[pl] == {"count": len(mine), "bytes": sum(t.nbytes for t in mine),
+                          "packed": size}, "layout.json %s: %r, expected packed %d"
+              % (pl, lay[pl], size))
+        base = 4096 + 64  # any base: every tensor lands at base + its packed offset
+        shm = Shm(base + size + 1, "ranges-" + mode)
+        dest = Destination.shm(shm.name, 0, shm.size)
+        cuts = sorted({0, n, n // 3, (2 * n) // 3})
+        spans = [(a, b - a, base) for a, b in zip(cuts, cuts[1:]) if b > a]
+        if mode == "copy" and not staged:
+            expect_errno(lambda: io.stage_batch(fd, mode, dest, spans, ranges=True),
+                         errno.ENODEV, "ranges without staging")
+            shm.close()
+            continue
+        res = io.stage_batch(fd, mode, dest, spans, ranges=True)
+        for (a, c, _), (nb, err, _) in zip(spans, res):
+            want = sum(t.nbytes for t in m.tensors[a:a + c] if t.placement == pl)
+            check(err == 0 and nb == want, "%s ranges [%d, +%d): %r, expected %d bytes"
+                  % (mode, a, c, (nb, err), want))
+        for t in mine:
+            check(shm.read(base + where[t.index], t.nbytes) == ref[t.name],
+                  "%s ranges: %s differs at base + %d" % (mode, t.name, where[t.index]))
+        moved += len(mine)
+        if mine:
+            # A base below the first tensor's packed offset wraps (modulo 2^64):
+            # the last tensor alone lands at 0.
+            t = mine[-1]
+            os.ftruncate(shm.fd, 0)
+            os.ftruncate(shm.fd, shm.size)
+            res = io.stage_batch(fd, mode, dest, [(t.index, 1, (-where[t.index]) % (1 << 64))],
+                                 ranges=True)
+            check(res == [(t.nbytes, 0, t.index)] and shm.read(0, t.nbytes) == ref[t.name],
+                  "%s range with a wrapping base: %r" % (mode, res))
+            moved += 1
+            # Past dest_size: EINVAL for the range, naming its first tensor that failed.
+            res = io.stage_batch(fd, mode, dest, [(0, n, shm.size)], ranges=True)
+            first = mine[0] if mine[0].nbytes else next((x for x in mine if x.nbytes), mine[0])
+            check(res[0][1] == errno.EINVAL and res[0][2] == first.index,
+                  "%s range past dest_size: %r, expected EINVAL at %d" % (mode, res, first.index))
+        # A range with none of the placement's tensors moves nothing, and succeeds.
+        other = [t for t in m.tensors if t.placement != pl]
+        if other:
+            res = io.stage_batch(fd, mode, dest, [(other[0].index, 1, 0)], ranges=True)
+            check(res == [(0, 0, other[0].index)], "%s range of none: %r" % (mode, res))
+        # Past the plan: ERANGE for that range alone.
+        res = io.stage_batch(fd, mode, dest, [(n - 1, 2, base), (n + 3, 1, base)], ranges=True)
+        check([e for _, e, _ in res] == [errno.ERANGE] * 2, "%s ranges past the plan: %r"
+              % (mode, res))
+        # Malformed: overlapping ranges, a range of 0 entries, an unknown flag.
+        expect_errno(lambda: io.stage_batch(fd, mode, dest, [(0, 2, 0), (1, 1, 0)],
+                                            ranges=True), errno.EINVAL, "overlapping ranges")
+        expect_errno(lambda: io.stage_batch(fd, mode, dest, [(0, 0, 0)], ranges=True),
+                     errno.EINVAL, "a range of no entries")
+
+        def flag(bit):
+            buf = bytearray(io.BATCH_SIZE)
+            nm = shm.name.encode() + b"\0"
+            struct.pack_into(io._BATCH_HEAD_FMT, buf, 0, placefs.IOC_VERSION, io.BATCH_SIZE,
+                             io.STAGE_READ, 1, placefs.HANDLE_HOST_SHM, len(nm), shm.size,
+                             nm, 0, 0, 0, bit, *([0] * 9))
+            struct.pack_into(io._BATCH_ENTRY_FMT, buf, 256, 0, 0, 1, 0, 0)
+            fcntl.ioctl(fd, io.IOC_STAGE_BATCH, buf, True)
+        flag(io.BATCH_RANGES)
+        expect_errno(lambda: flag(2), errno.EINVAL, "an unknown batch flag")
+        shm.close()
+    b1 = stats(mnt)["batch"]
+    check(b1["entries"] - b0["entries"] >= moved, "stats batch.entries %r -> %r" % (b0, b1))
+    os.close(fd)
+    m.close()
+    print("ranges: %d tensor moves over %d tensors, exact at their packed offsets; wrap, "
+          "none, ERANGE, EINVAL checked" % (moved, n))
+
+
 def runs(mnt, source):
     """Many small tensors, adjacent in the shards: a load moves them as a few ranges."""
     m = placefs.Mount(mnt)
