@@ -12,6 +12,7 @@ and their results.
 
 import errno as _errno
 import gc
+import json
 import mmap
 import os
 import secrets
@@ -26,8 +27,8 @@ import operator
 from operator import attrgetter
 
 from . import _torch
-from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, _IOC_ERRORS,
-                     Destination, stage, stage_batch)
+from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, PACK_ALIGN,
+                     _IOC_ERRORS, Destination, ring_info, stage, stage_batch)
 from ._util import warn_once
 from .mount import Mount, _read_file, shard_slice, slice_nbytes, slice_shape
 
@@ -419,6 +420,117 @@ def _run_all(pool, fn, items, meanwhile=None):
     return out
 
 
+def _ranges_request(fd, dest, spans, timeout_ns):
+    """One BATCH_RANGES request, retried briefly on EAGAIN (the daemon's batch
+    workers all busy); returns its [(nbytes, errno, index)]."""
+    for attempt in range(200):
+        try:
+            return stage_batch(fd, "copy", dest, spans, timeout_ns, what="plan ranges %s"
+                               % ", ".join("[%d, %d)" % (a, a + c) for a, c, _ in spans),
+                               ranges=True)
+        except OSError as e:
+            if e.errno != _errno.EAGAIN or attempt == 199:
+                raise
+            time.sleep(0.001 * (1 + attempt % 10))
+
+
+class _Early:
+    """The gpu-placed tensors of a load, asked for before the plan is read.
+
+    A fresh load of tens of thousands of tensors spends a good part of its
+    time in Python before its first request: parsing the plan, laying the
+    tensors out. .placefs/layout.json (a few hundred bytes) gives the size of
+    the gpu placement's packed layout and a file to issue requests on, so
+    the buffer is allocated and the whole plan requested by index ranges
+    (STAGE_BATCH with BATCH_RANGES: the daemon puts each gpu-placed tensor at
+    its packed offset) at once; the plan is parsed and the result views are
+    built while the daemon moves the bytes. start() returns None where the
+    mount cannot serve this (no layout.json: an older daemon; not a CUDA
+    ring of that device; no gpu-placed tensor), and the load goes the usual
+    way.
+    """
+
+    # Requests per worker: enough that a slow range does not leave the
+    # daemon's threads idle at the end.
+    PER_WORKER = 4
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.futures = []
+        self.spans = []
+        self.export = None
+        self.pool = None
+        self.buf = None
+
+    @classmethod
+    def start(cls, mountpoint, torch, dev_index, workers, timeout_ns):
+        mountpoint = os.fspath(mountpoint)
+        try:
+            with open(os.path.join(mountpoint, ".placefs", "layout.json"), "rb") as f:
+                lay = json.loads(f.read())
+            gpu, first = lay["gpu"], lay["first"]
+            packed, count = int(gpu["packed"]), int(gpu["count"])
+            n = count + int(lay["cpu"]["count"])
+            if lay["align"] != PACK_ALIGN or not isinstance(first, str) or "/" in first:
+                return None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # not this daemon's layout.json: the usual way reports what is wrong
+        if count == 0 or packed <= 0:
+            return None
+        fd = os.open(os.path.join(mountpoint, first), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self = cls()
+        try:
+            ri = ring_info(fd)
+            if ri.backend != BACKEND_CUDA or ri.device != dev_index or ri.ndevices > 1:
+                os.close(fd)
+                return None
+            dev = torch.device("cuda", dev_index)
+            self.buf = torch.empty(packed, dtype=torch.uint8, device=dev)
+            # The daemon writes through its own mapping: nothing of ours may
+            # be pending on the buffer when it does.
+            torch.cuda.synchronize(dev)
+            self.export = _torch.cuda_ipc_export(self.buf)
+            handle, storage_off, storage_bytes = self.export.__enter__()
+            dest = Destination.cuda_ipc(handle, 0, storage_off + storage_bytes)
+            k = max(1, min(n, workers * self.PER_WORKER))
+            cuts = [n * i // k for i in range(k + 1)]
+            self.spans = [(a, b - a, storage_off) for a, b in zip(cuts, cuts[1:]) if b > a]
+            self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="placefs-early")
+            self.futures = [self.pool.submit(_ranges_request, fd, dest, [sp], timeout_ns)
+                            for sp in self.spans]
+        except BaseException:
+            self.finish()
+            os.close(fd)
+            raise
+        self.fd = fd
+        self.packed, self.count = packed, count
+        return self
+
+    def finish(self):
+        """Waits for every request (the daemon may still write into buf), then
+        lets go of the export; returns the requests' results or raises the
+        first error of a request as a whole."""
+        out, first = [], None
+        for f in self.futures:
+            try:
+                out.append(f.result())
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                first = first or e
+        self.futures = []
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+        if self.export is not None:
+            self.export.__exit__(None, None, None)
+            self.export = None
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+            self.fd = None
+        if first is not None:
+            raise first
+        return out
+
+
 class LoadReport:
     """Counts, bytes and seconds of one load, per placement ("gpu", "cpu")."""
 
@@ -499,6 +611,7 @@ class _Loader:
         self._lock = threading.Lock()
         self._want_progress = progress
         self.progress = None
+        self.early = None  # an _Early of load(), for _gpu_copy_cuda
 
     # Results ---------------------------------------------------------------------------
 
@@ -618,9 +731,39 @@ class _Loader:
             shm.unlink()
         self._finish_shm(tensors, offs, shm, device)
 
+    def _gpu_copy_early(self, tensors, early):
+        """The requests of _Early are in flight: views meanwhile, then their results."""
+        offs, total = _layout(tensors, PACK_ALIGN)
+        if total != early.packed or len(tensors) != early.count:
+            # The plan is not what layout.json said; start again the usual way.
+            early.finish()
+            return False
+        buf = early.buf
+        for a in range(0, len(tensors), VIEW_SLICE):
+            self._finish_bulk(tensors[a:a + VIEW_SLICE], offs[a:a + VIEW_SLICE], buf)
+            time.sleep(0)
+        done = 0
+        for (first, count, _), res in zip(early.spans, early.finish()):
+            nb, err, index = res[0]
+            if err:
+                t = self.mount.tensors[index] if index < len(self.mount.tensors) else None
+                raise OSError(err, "tensor %r: PLACEFS_IOC_STAGE_BATCH (copy, plan ranges): %s"
+                              % (t.name if t is not None else "index %d" % index,
+                                 _IOC_ERRORS.get(err, os.strerror(err))))
+            done += nb
+            self._tick(nb)
+        want = sum(map(_NBYTES, tensors))
+        if done != want:
+            raise OSError(_errno.EPROTO, "%s: the daemon moved %d bytes of gpu-placed tensors, "
+                          "the plan says %d" % (self.mount.mountpoint, done, want))
+        return True
+
     def _gpu_copy_cuda(self, tensors, pool):
         """Copy mode into one flat CUDA buffer of this process, shared by IPC handle."""
         torch = self.torch
+        early, self.early = self.early, None
+        if early is not None and self._gpu_copy_early(tensors, early):
+            return
         dev = torch.device("cuda", self.dev_index)
         offs, total = _layout(tensors, 256)
         buf = torch.empty(max(total, 1), dtype=torch.uint8, device=dev)
@@ -810,7 +953,11 @@ class _Loader:
                     self.report.gpu_path = "staged into a shm destination"
                     self._gpu_copy_shm(gpu, pool, gdev)
                 else:
-                    self.report.gpu_path = "staged into a CUDA IPC destination"
+                    self.report.gpu_path = "staged into a CUDA IPC destination" + (
+                        ", asked for by plan ranges before the plan was read"
+                        if self.early is not None else "")
+                    if self.early is not None:
+                        t0 = self.early.t0
                     self._gpu_copy_cuda(gpu, pool)
             t1 = time.perf_counter()
         if cpu_thread is not None:
@@ -833,6 +980,19 @@ class _Loader:
         return dict(zip(names, map(self.out.__getitem__, names)))
 
 
+def _start_early(mountpoint, device, mode, workers, timeout_ns, shard):
+    """An _Early for a copy-mode load of a whole mount onto cuda:N, else None."""
+    if isinstance(mountpoint, Mount) or shard is not None or \
+            (copy_mode_from_env() if mode is None else mode) != "copy" or \
+            os.environ.get("PLACEFS_EARLY", "1") == "0":
+        return None
+    kind, index = _parse_device(device)
+    torch = _torch.get() if kind == "cuda" else None
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return _Early.start(mountpoint, torch, index, max(1, int(workers)), timeout_ns)
+
+
 def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False,
          shard=None):
     """Like load_state_dict(), but returns (state_dict, LoadReport).
@@ -850,14 +1010,24 @@ def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=F
     # that had turned it off keeps it off).
     gc_on = gc.isenabled()
     gc.disable()
+    early = None
     try:
+        early = _start_early(mountpoint, device, mode, workers, timeout_ns, shard)
         ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress, shard)
+        ld.early = early
         try:
             sd = ld.run()
         finally:
             if not isinstance(mountpoint, Mount):
                 ld.mount.close()
     finally:
+        if early is not None:
+            # Not used (an error, or a path that did not take it): the daemon
+            # must be done with the buffer before it is freed.
+            try:
+                early.finish()
+            except OSError:
+                pass
         if gc_on:
             gc.enable()
     # Only the caller's dict may keep the results (and their buffers) alive.

@@ -28,11 +28,23 @@ def main(mnt, source, limit):
     lt.check(ri.backend == placefs.BACKEND_CUDA and ri.device == 0, "ring_info %r" % ri)
     lt.check(ri.handle_kind == placefs.HANDLE_CUDA_IPC and len(ri.handle) == 64,
              "CUDA ring handle %r" % ri)
+    # The same load without the early requests (PLACEFS_EARLY=0), as the reference path.
+    os.environ["PLACEFS_EARLY"] = "0"
+    sd, rep = placefs.load(mnt, device="cuda:0", mode="copy")
+    del os.environ["PLACEFS_EARLY"]
+    lt.check("plan ranges" not in (rep.gpu_path or ""), "PLACEFS_EARLY=0: %r" % rep.gpu_path)
+    lt.check_state_dict(sd, mnt, ref, limit, "cuda mount, PLACEFS_EARLY=0", device="cuda:0")
+    del sd
     for device in ("cuda:0", "cpu"):
         for mode in ("copy", "borrow"):
             torch.cuda.synchronize()
             sd, rep = placefs.load(mnt, device=device, mode=mode)
             print(rep.summary().splitlines()[0])
+            # A copy-mode load onto the ring's GPU asks for the plan by ranges
+            # before it reads it (_Early); the bytes are checked below.
+            early = device == "cuda:0" and mode == "copy" and rep.count["gpu"] > 0
+            lt.check(("plan ranges" in (rep.gpu_path or "")) == early,
+                     "device=%s mode=%s: gpu path %r" % (device, mode, rep.gpu_path))
             lt.check_state_dict(sd, mnt, ref, limit, "cuda mount device=%s mode=%s"
                                 % (device, mode), device=device)
             # Typed values: an F32/BF16 tensor equals the checkpoint's bytes viewed so.
