@@ -919,6 +919,15 @@ class _Loader:
 
     def _run(self, m, gpu, cpu, ri, gdev):
         t_all = time.perf_counter()
+        # Whole tensors, by placement (gpu may hold a rank's slices); counted
+        # before the parts run, so that nothing of it follows the last byte.
+        nbytes = list(map(_NBYTES, m.tensors))
+        on_gpu = list(map("gpu".__eq__, map(_PLACEMENT, m.tensors)))
+        gpu_bytes = sum(compress(nbytes, on_gpu))
+        self.report.count["gpu"] += sum(on_gpu)
+        self.report.count["cpu"] += len(on_gpu) - sum(on_gpu)
+        self.report.bytes["gpu"] += gpu_bytes
+        self.report.bytes["cpu"] += sum(nbytes) - gpu_bytes
         cpu_done = {}
 
         def cpu_part():
@@ -967,14 +976,6 @@ class _Loader:
         self.report.seconds["gpu"] = t1 - t0
         self.report.seconds["cpu"] = cpu_done.get("seconds", 0.0)
         self.report.total_seconds = time.perf_counter() - t_all
-        # Whole tensors, by placement (gpu may hold a rank's slices).
-        nbytes = list(map(_NBYTES, m.tensors))
-        on_gpu = list(map("gpu".__eq__, map(_PLACEMENT, m.tensors)))
-        gpu_bytes = sum(compress(nbytes, on_gpu))
-        self.report.count["gpu"] += sum(on_gpu)
-        self.report.count["cpu"] += len(on_gpu) - sum(on_gpu)
-        self.report.bytes["gpu"] += gpu_bytes
-        self.report.bytes["cpu"] += sum(nbytes) - gpu_bytes
         # Checkpoint order.
         names = list(map(_NAME, m.tensors))
         return dict(zip(names, map(self.out.__getitem__, names)))
