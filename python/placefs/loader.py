@@ -571,22 +571,34 @@ class LoadReport:
 class _Raw(dict):
     """name -> a result's flat uint8 bytes (torch tensor, bytes or bytearray).
 
-    Results made in bulk (_Loader._finish_bulk) record only where their bytes
-    lie, (flat, offset, nbytes), and their flat view is cut when asked for
-    (--verify, shard cutting): most loads never ask.
+    Results made in bulk (_Loader._finish_bulk) record only the bulk, (flat,
+    names, offsets, sizes), and a result's flat view is cut when asked for
+    (--verify, shard cutting): most loads never ask, so a load of tens of
+    thousands of tensors makes no object per tensor here.
     """
 
     def __init__(self):
         super().__init__()
-        self.spans = {}
+        self.bulks = []
+        self._where = None  # name -> (bulk, position), made at the first miss
+
+    def add_bulk(self, flat, names, offs, sizes):
+        self.bulks.append((flat, names, offs, sizes))
+        self._where = None
 
     def __missing__(self, name):
-        flat, o, n = self.spans[name]
-        return flat[o:o + n]
+        if self._where is None:
+            self._where = {}
+            for b, (_, names, _, _) in enumerate(self.bulks):
+                self._where.update(zip(names, zip(repeat(b), range(len(names)))))
+        b, i = self._where[name]
+        flat, _, offs, sizes = self.bulks[b]
+        return flat[offs[i]:offs[i] + sizes[i]]
 
     def clear(self):
         dict.clear(self)
-        self.spans.clear()
+        self.bulks = []
+        self._where = None
 
 
 class _Loader:
@@ -638,7 +650,7 @@ class _Loader:
         """_finish() for every tensor at its offset of flat (a uint8 torch tensor), in bulk."""
         views = _torch.typed_views(self.torch, flat, tensors, offs)
         names = list(map(_NAME, tensors))
-        self.raw.spans.update(zip(names, zip(repeat(flat), offs, map(_NBYTES, tensors))))
+        self.raw.add_bulk(flat, names, offs, list(map(_NBYTES, tensors)))
         self.out.update(zip(names, views))
 
     # CPU-placed ------------------------------------------------------------------------
@@ -976,8 +988,12 @@ class _Loader:
         self.report.seconds["gpu"] = t1 - t0
         self.report.seconds["cpu"] = cpu_done.get("seconds", 0.0)
         self.report.total_seconds = time.perf_counter() - t_all
-        # Checkpoint order.
+        # Checkpoint order: out itself when it was filled so (every tensor
+        # gpu-placed, in plan order).
         names = list(map(_NAME, m.tensors))
+        if len(self.out) == len(names) and all(map(operator.is_, self.out, names)):
+            out, self.out = self.out, {}
+            return out
         return dict(zip(names, map(self.out.__getitem__, names)))
 
 
