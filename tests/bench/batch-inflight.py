@@ -12,9 +12,11 @@ threads into that allocation, with nothing else in the process: no result
 views, no plan beyond the mount's. It prints one line per count: GB/s from
 the first request to the last answer, the mean number of requests in flight
 (the sum of the requests' own times over the wall time), the mean request
-time, and the daemon's batch moves, direct copies and ring waits. Set beside
-load_state_dict on the same checkpoint, it separates the daemon's part from
-the loader's Python (doc/PERFORMANCE.md 0.0, item 2).
+time, and the daemon's batch moves, direct copies and ring waits. Then, on another
+fresh mount, the same bytes as the plan ranges load_state_dict sends before
+it reads the plan (placefs.loader._Early, STAGE_BATCH with BATCH_RANGES).
+Set beside load_state_dict on the same checkpoint, it separates the daemon's
+part from the loader's Python (doc/PERFORMANCE.md 0.0).
 """
 import json
 import os
@@ -92,6 +94,27 @@ def main():
             del buf
         finally:
             m.close()
+            umount(mnt)
+        # The same bytes as plan ranges sent before anything of the plan is
+        # read (what load_state_dict does first, loader._Early): the daemon's
+        # part of such a load, with no Python beside it.
+        mount(pb, opts, src, mnt)
+        try:
+            t0 = time.perf_counter()
+            early = loader._Early.start(mnt, torch, torch.device(device).index or 0, w, 0)
+            if early is None:
+                print("batch-inflight: ranges: the mount has no layout.json or no CUDA ring")
+                continue
+            res = early.finish()
+            t1 = time.perf_counter()
+            moved = sum(r[0][0] for r in res)
+            if any(r[0][1] for r in res) or moved != sum(t.nbytes for t in gpu):
+                raise OSError("the plan ranges did not land whole: %r" % res)
+            print("batch-inflight: ranges: %d workers, %d requests, %d bytes in %.3f s: "
+                  "%.2f GB/s (buffer and IPC export included)" % (
+                      w, len(early.spans), moved, t1 - t0, moved / (t1 - t0) / 1e9))
+            del early
+        finally:
             umount(mnt)
 
 
