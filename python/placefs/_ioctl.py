@@ -62,7 +62,7 @@ _STAGE_FMT = "=IIIIIIQQ%dsQQQQQQQQIIIiQQ7Q" % HANDLE_MAX
 # struct placefs_ioc_release: version, size, lease, reserved[6].
 _RELEASE_FMT = "=IIQ6Q"
 # struct placefs_ioc_stage_batch: version, size, mode, count, dest_kind, dest_handle_bytes,
-# dest_size, dest_handle, timeout_ns, total_ns, done, pad0, reserved[9]; then
+# dest_size, dest_handle, timeout_ns, total_ns, done, flags, reserved[9]; then
 # BATCH_MAX entries of (tensor, dest_offset, nbytes, error, out_flags).
 BATCH_MAX = 256
 _BATCH_HEAD_FMT = "=IIIIIIQ%dsQQII9Q" % HANDLE_MAX
