@@ -1386,6 +1386,12 @@ static void batch_runs(struct bjob *j)
 	}
 }
 
+/* Whether range entry e lies within a plan of n entries; *end: its end. */
+static bool range_in_plan(const struct placefs_ioc_batch_entry *e, uint64_t n, uint64_t *end)
+{
+	return e->tensor < n && !__builtin_add_overflow(e->tensor, e->nbytes, end) && *end <= n;
+}
+
 static int cmp_range(const void *a, const void *b)
 {
 	const uint64_t *x = a, *y = b;
@@ -1417,8 +1423,7 @@ static int batch_items(struct bjob *j, char *why, size_t len)
 		const struct placefs_ioc_batch_entry *e = &io->entries[i];
 		uint64_t end;
 
-		if (e->tensor < n && !__builtin_add_overflow(e->tensor, e->nbytes, &end) &&
-		    end <= n) {
+		if (range_in_plan(e, n, &end)) {
 			span[ns][0] = e->tensor;
 			span[ns++][1] = end;
 		}
@@ -1434,8 +1439,7 @@ static int batch_items(struct bjob *j, char *why, size_t len)
 		const struct placefs_ioc_batch_entry *e = &io->entries[i];
 		uint64_t end;
 
-		if (!ranges || e->tensor >= n ||
-		    __builtin_add_overflow(e->tensor, e->nbytes, &end) || end > n) {
+		if (!ranges || !range_in_plan(e, n, &end)) {
 			total++;
 			continue;
 		}
@@ -1450,8 +1454,7 @@ static int batch_items(struct bjob *j, char *why, size_t len)
 		const struct placefs_ioc_batch_entry *e = &io->entries[i];
 		uint64_t end;
 
-		if (!ranges || e->tensor >= n ||
-		    __builtin_add_overflow(e->tensor, e->nbytes, &end) || end > n) {
+		if (!ranges || !range_in_plan(e, n, &end)) {
 			/* An entry; or a range past the plan, which fails its check. */
 			j->items[k].tensor = ranges && e->tensor < n ? n : e->tensor;
 			j->items[k].dest_offset = e->dest_offset;
