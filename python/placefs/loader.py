@@ -477,13 +477,23 @@ class _Early:
             return None  # not this daemon's layout.json: the usual way reports what is wrong
         if count == 0 or packed <= 0:
             return None
-        fd = os.open(os.path.join(mountpoint, first), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        self = cls()
+        # Staging disabled (ENODEV), a file the caller may not open, a daemon
+        # that refuses: the usual way meets it again and says so.
+        try:
+            fd = os.open(os.path.join(mountpoint, first),
+                         os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
         try:
             ri = ring_info(fd)
-            if ri.backend != BACKEND_CUDA or ri.device != dev_index or ri.ndevices > 1:
-                os.close(fd)
-                return None
+        except OSError:
+            ri = None
+        if ri is None or ri.backend != BACKEND_CUDA or ri.device != dev_index or \
+                ri.ndevices > 1:
+            os.close(fd)
+            return None
+        self = cls()
+        try:
             dev = torch.device("cuda", dev_index)
             self.buf = torch.empty(packed, dtype=torch.uint8, device=dev)
             # The daemon writes through its own mapping: nothing of ours may

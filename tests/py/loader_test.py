@@ -650,6 +650,7 @@ def seed(mnt, source, limit):
     if not check(small is not None and large is not None, "seed tensors missing"):
         done("seed")
     check(small.placement == "gpu" and small.nbytes == 1 << 20, "small: %r" % (small,))
+    early_declines(mnt)  # a host ring
     check(large.placement == "cpu" and large.nbytes == 9 << 20, "large: %r" % (large,))
     ri = check_host_ring(m, "seed")
     ring = ring_map(ri)
@@ -904,11 +905,22 @@ def mixed(mnt, source, limit):
     done("mixed")
 
 
+def early_declines(mnt):
+    """The early path (plan ranges before the plan) is for a CUDA ring of the
+    device asked for; on any other mount it steps aside before it touches
+    torch or sends a request, and the load goes the usual way."""
+    sentinel = object()  # not torch: touching it would raise AttributeError
+    for dev in (0, 1):
+        check(placefs.loader._Early.start(mnt, sentinel, dev, 4, 0) is None,
+              "%s: the early path did not step aside for cuda:%d" % (mnt, dev))
+
+
 def none(mnt, source):
     ref = reference(source)
     m = placefs.Mount(mnt)
     ri = m.ring_info()
     check(ri.backend == placefs.BACKEND_NONE, "device=none mount reports %r" % ri)
+    early_declines(mnt)
     gpu = [t for t in m.tensors if t.placement == "gpu"]
     if check(gpu, "device=none test needs a gpu-placed tensor"):
         fd = m.open(gpu[0].name)
