@@ -91,6 +91,11 @@ tmo 30 "$PYTHON" "$TMP/verify_mount.py" "$MP" ckpt.safetensors --limit 4096 --ra
 tmo 20 "$PLAN" --json --buffer-size 4K ckpt.safetensors >plan.expected.json ||
 	fail "placefs-plan --json failed"
 tmo 10 cmp "$MP/.placefs/plan.json" plan.expected.json || fail "plan.json differs from placefs-plan --json"
+# columns.json likewise, from placefs-plan --columns.
+tmo 20 "$PLAN" --columns --buffer-size 4K ckpt.safetensors >columns.expected.json ||
+	fail "placefs-plan --columns failed"
+tmo 10 cmp "$MP/.placefs/columns.json" columns.expected.json ||
+	fail "columns.json differs from placefs-plan --columns"
 tmo 20 "$PLAN" --buffer-size 4K ckpt.safetensors >plan.expected.txt || fail "placefs-plan failed"
 tmo 10 cmp "$MP/.placefs/plan" plan.expected.txt || fail ".placefs/plan differs from placefs-plan"
 

@@ -322,6 +322,28 @@ EOF
 fi
 expect 2 "$PLAN" --histogram --json "$SEED"
 err_has "--histogram cannot be combined with --json"
+expect 2 "$PLAN" --histogram --columns "$SEED"
+err_has "--histogram cannot be combined with --columns"
+expect 2 "$PLAN" --json --columns "$SEED"
+err_has "--json and --columns cannot be combined"
+expect 2 "$PLAN" --columns --sweep "$SEED"
+err_has "--columns and --sweep cannot be combined"
+
+# ---- --columns: the entries of --json, one array per field ----
+expect 0 "$PLAN" --json --buffer-size 8M "$SEED"
+cp "$T/out" "$T/plan.json"
+expect 0 "$PLAN" --columns --buffer-size 8M "$SEED"
+out_has '"version": 1, "count": 3,'
+pyjson "
+p = json.load(open('$T/plan.json'))
+for k in ('source', 'buffer_size', 'ring_bytes', 'totals'):
+    assert p[k] == d[k], k
+rows = [{'name': d['name'][i], 'filename': d['filename'].get(str(i), d['name'][i]),
+         'file': d['files'][d['file'][i]], 'dtype': d['dtypes'][d['dtype'][i]],
+         'shape': d['shape'][i], 'nbytes': d['nbytes'][i], 'offset': d['offset'][i],
+         'placement': {'g': 'gpu', 'c': 'cpu'}[d['placement'][i]]} for i in range(d['count'])]
+assert rows == p['tensors'], (rows, p['tensors'])
+"
 expect 2 "$PLAN" --histogram --sweep "$SEED"
 
 # ---- --ring-size: a ring larger than the limit ----

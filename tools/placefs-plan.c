@@ -25,7 +25,8 @@
 
 static const char usage_text[] =
         "usage: " PROG " [--buffer-size SIZE] [--ring-size SIZE] [--prefix P]...\n"
-        "                    [--index FILE] [--json | --sweep[=LIST] | --histogram] SOURCE\n";
+        "                    [--index FILE] [--json | --columns | --sweep[=LIST] | --histogram]\n"
+        "                    SOURCE\n";
 
 static const char help_text[] =
         "Shows which tensors of a safetensors checkpoint a placefs mount would expose\n"
@@ -45,6 +46,8 @@ static const char help_text[] =
         "                      (case-sensitive; repeatable; default: all)\n"
         "  --index FILE        use this index instead of model.safetensors.index.json\n"
         "  --json              print the plan as one line of JSON\n"
+        "  --columns           print the plan as one line of JSON, one array per field\n"
+        "                      (a mount's .placefs/columns.json)\n"
         "  --sweep[=LIST]      print what each candidate limit would do; LIST is\n"
         "                      comma-separated sizes (default: the powers of two from\n"
         "                      1 MiB and the sizes at which a tensor changes side, listed\n"
@@ -449,6 +452,7 @@ enum {
 	OPT_PREFIX,
 	OPT_INDEX,
 	OPT_JSON,
+	OPT_COLUMNS,
 	OPT_SWEEP,
 	OPT_HISTOGRAM
 };
@@ -459,6 +463,7 @@ static const struct option long_opts[] = {
         {"prefix", required_argument, NULL, OPT_PREFIX},
         {"index", required_argument, NULL, OPT_INDEX},
         {"json", no_argument, NULL, OPT_JSON},
+        {"columns", no_argument, NULL, OPT_COLUMNS},
         {"sweep", optional_argument, NULL, OPT_SWEEP},
         {"histogram", no_argument, NULL, OPT_HISTOGRAM},
         {"help", no_argument, NULL, 'h'},
@@ -473,7 +478,7 @@ int main(int argc, char **argv)
 	const char **prefixes = NULL;
 	size_t nprefixes = 0, nlimits = 0;
 	uint64_t *limits = NULL, ring_bytes = 0;
-	int json = 0, sweep = 0, hist = 0, c, status = PLACEFS_EXIT_OK;
+	int json = 0, columns = 0, sweep = 0, hist = 0, c, status = PLACEFS_EXIT_OK;
 	struct placefs_plan_options opt = {0};
 	struct placefs_ckpt *ck = NULL;
 	struct placefs_plan *plan = NULL;
@@ -496,6 +501,7 @@ int main(int argc, char **argv)
 		case OPT_PREFIX: prefixes[nprefixes++] = optarg; break;
 		case OPT_INDEX: index = optarg; break;
 		case OPT_JSON: json = 1; break;
+		case OPT_COLUMNS: columns = 1; break;
 		case OPT_HISTOGRAM: hist = 1; break;
 		case OPT_SWEEP:
 			sweep = 1;
@@ -535,13 +541,22 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	source = argv[optind];
+	if (json && columns) {
+		status = usage_error("--json and --columns cannot be combined");
+		goto out;
+	}
+	if (columns)
+		json = 2; /* the same plan, in columns */
 	if (json && sweep) {
-		status = usage_error("--json and --sweep cannot be combined");
+		status = usage_error("%s and --sweep cannot be combined",
+		                     json == 2 ? "--columns" : "--json");
 		goto out;
 	}
 	if (hist && (json || sweep)) {
-		status = usage_error("--histogram cannot be combined with %s",
-		                     json ? "--json" : "--sweep");
+		status = usage_error("--histogram cannot be combined with %s", json == 2
+		                                                                       ? "--columns"
+		                                                               : json ? "--json"
+		                                                                      : "--sweep");
 		goto out;
 	}
 	if (ring_size && sweep) {
@@ -583,9 +598,10 @@ int main(int argc, char **argv)
 		/* Checked against the plan's own ring: the limit, or the automatic size. */
 		if (ring_size && placefs_plan_set_ring_bytes(plan, ring_bytes, "--ring-size", &err))
 			goto fail;
-		rc = json   ? placefs_plan_format_json(plan, source, &sb)
-		     : hist ? histogram(plan, source, &sb)
-		            : placefs_plan_format_text(plan, source, &sb);
+		rc = json == 2 ? placefs_plan_format_columns(plan, source, &sb)
+		     : json    ? placefs_plan_format_json(plan, source, &sb)
+		     : hist    ? histogram(plan, source, &sb)
+		               : placefs_plan_format_text(plan, source, &sb);
 		if (rc) {
 			placefs_error_set(&err, rc, PLACEFS_E_NOMEM, "formatting the plan: %s",
 			                  strerror(-rc));
