@@ -38,6 +38,9 @@ struct vparts {
 	size_t naux;
 };
 
+/* The control files formatted once at creation: their slots in text[]. */
+enum { TEXT_PLAN, TEXT_PLAN_JSON, TEXT_METADATA, TEXT_COLUMNS, TEXT_LAYOUT, N_TEXT };
+
 struct placefs_vtree {
 	const struct placefs_ckpt *ck;
 	const struct placefs_plan *plan;
@@ -48,8 +51,8 @@ struct placefs_vtree {
 	struct timespec now;
 	size_t *list[2]; /* plan entry indexes per placement, checkpoint order */
 	size_t nlist[2];
-	char *text[5]; /* plan, plan.json, metadata.json, columns.json, layout.json */
-	size_t text_len[5];
+	char *text[N_TEXT]; /* indexed by TEXT_* */
+	size_t text_len[N_TEXT];
 	uint64_t total_bytes;
 	struct vparts v;
 };
@@ -63,15 +66,17 @@ static const struct {
 } fixed[PLACEFS_INO_FIRST] = {
         [PLACEFS_INO_ROOT] = {"", PLACEFS_INO_ROOT, PLACEFS_V_DIR, -1},
         [PLACEFS_INO_CTL_DIR] = {PLACEFS_CTL_NAME, PLACEFS_INO_ROOT, PLACEFS_V_DIR, -1},
-        [PLACEFS_INO_PLAN] = {"plan", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 0},
-        [PLACEFS_INO_PLAN_JSON] = {"plan.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 1},
+        [PLACEFS_INO_PLAN] = {"plan", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_PLAN},
+        [PLACEFS_INO_PLAN_JSON] = {"plan.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE,
+                                   TEXT_PLAN_JSON},
         [PLACEFS_INO_STATS] = {"stats", PLACEFS_INO_CTL_DIR, PLACEFS_V_STATS, -1},
-        [PLACEFS_INO_METADATA] = {"metadata.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 2},
+        [PLACEFS_INO_METADATA] = {"metadata.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE,
+                                  TEXT_METADATA},
         [PLACEFS_INO_BYPL_DIR] = {"by-placement", PLACEFS_INO_CTL_DIR, PLACEFS_V_DIR, -1},
         [PLACEFS_INO_GPU_DIR] = {"gpu", PLACEFS_INO_BYPL_DIR, PLACEFS_V_DIR, -1},
         [PLACEFS_INO_CPU_DIR] = {"cpu", PLACEFS_INO_BYPL_DIR, PLACEFS_V_DIR, -1},
-        [PLACEFS_INO_COLUMNS] = {"columns.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 3},
-        [PLACEFS_INO_LAYOUT] = {"layout.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, 4},
+        [PLACEFS_INO_COLUMNS] = {"columns.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_COLUMNS},
+        [PLACEFS_INO_LAYOUT] = {"layout.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_LAYOUT},
 };
 
 /* Children of the fixed directories other than the root and the placement views. */
@@ -288,20 +293,19 @@ int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_pla
 		vt->total_bytes += e->tensor->nbytes;
 	}
 
-	for (k = 0; k < 5; k++) {
+	for (k = 0; k < N_TEXT; k++) {
 		placefs_strbuf_reset(&sb);
-		if (k == 0) {
+		switch (k) {
+		case TEXT_PLAN:
 			rc = placefs_plan_format_text(plan, source, &sb);
 			if (rc == 0 && plan_note)
 				rc = placefs_strbuf_adds(&sb, plan_note);
-		} else if (k == 1) {
-			rc = placefs_plan_format_json(plan, source, &sb);
-		} else if (k == 3) {
-			rc = placefs_plan_format_columns(plan, source, &sb);
-		} else if (k == 4) {
-			rc = placefs_plan_format_layout(plan, &sb);
-		} else {
-			rc = format_metadata(ck, &sb);
+			break;
+		case TEXT_PLAN_JSON: rc = placefs_plan_format_json(plan, source, &sb); break;
+		case TEXT_COLUMNS: rc = placefs_plan_format_columns(plan, source, &sb); break;
+		case TEXT_LAYOUT: rc = placefs_plan_format_layout(plan, &sb); break;
+		case TEXT_METADATA:
+		default: rc = format_metadata(ck, &sb); break;
 		}
 		if (rc < 0) {
 			placefs_error_set(err, rc, PLACEFS_E_NOMEM,
@@ -330,7 +334,7 @@ void placefs_vtree_free(struct placefs_vtree *vt)
 		return;
 	for (k = 0; k < 2; k++)
 		free(vt->list[k]);
-	for (k = 0; k < 5; k++)
+	for (k = 0; k < N_TEXT; k++)
 		free(vt->text[k]);
 	for (k = 0; k < PLACEFS_VIEW_KINDS; k++) {
 		free(vt->v.list[k]);

@@ -654,10 +654,11 @@ static int add_u64_column(const struct placefs_plan *plan, const char *key, enum
 
 /*
  * , "files": [...], "dtypes": [...]: each shard and dtype once, in the order
- * the entries first name them; fills shard_pos[shard] and dtype_pos[dtype].
+ * the entries first name them; fills shard_pos[shard] (sized for every
+ * entry's shard) and dtype_pos[dtype].
  */
-static int add_tables(const struct placefs_plan *plan, uint32_t *shard_pos, size_t nshard,
-                      uint32_t *dtype_pos, struct placefs_strbuf *sb)
+static int add_tables(const struct placefs_plan *plan, uint32_t *shard_pos, uint32_t *dtype_pos,
+                      struct placefs_strbuf *sb)
 {
 	uint32_t nf = 0, nd = 0;
 	int rc = placefs_strbuf_adds(sb, ", \"files\": [");
@@ -665,7 +666,7 @@ static int add_tables(const struct placefs_plan *plan, uint32_t *shard_pos, size
 	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
 		const struct placefs_tensor *ts = plan->entries[i].tensor;
 
-		if (ts->shard >= nshard || shard_pos[ts->shard] != UINT32_MAX)
+		if (shard_pos[ts->shard] != UINT32_MAX)
 			continue;
 		shard_pos[ts->shard] = nf;
 		rc = placefs_strbuf_adds(sb, nf++ ? ", " : "");
@@ -754,7 +755,7 @@ int placefs_plan_format_columns(const struct placefs_plan *plan, const char *sou
 	if (!rc)
 		rc = placefs_strbuf_addf(sb, ", \"version\": 1, \"count\": %zu", plan->n);
 	if (!rc)
-		rc = add_tables(plan, shard_pos, nshard, dtype_pos, sb);
+		rc = add_tables(plan, shard_pos, dtype_pos, sb);
 	if (!rc)
 		rc = add_names(plan, sb);
 	if (!rc)

@@ -479,6 +479,7 @@ int main(int argc, char **argv)
 	size_t nprefixes = 0, nlimits = 0;
 	uint64_t *limits = NULL, ring_bytes = 0;
 	int json = 0, columns = 0, sweep = 0, hist = 0, c, status = PLACEFS_EXIT_OK;
+	const char *as_json; /* --json or --columns, when one was given */
 	struct placefs_plan_options opt = {0};
 	struct placefs_ckpt *ck = NULL;
 	struct placefs_plan *plan = NULL;
@@ -545,18 +546,14 @@ int main(int argc, char **argv)
 		status = usage_error("--json and --columns cannot be combined");
 		goto out;
 	}
-	if (columns)
-		json = 2; /* the same plan, in columns */
-	if (json && sweep) {
-		status = usage_error("%s and --sweep cannot be combined",
-		                     json == 2 ? "--columns" : "--json");
+	as_json = columns ? "--columns" : json ? "--json" : NULL;
+	if (as_json && sweep) {
+		status = usage_error("%s and --sweep cannot be combined", as_json);
 		goto out;
 	}
-	if (hist && (json || sweep)) {
-		status = usage_error("--histogram cannot be combined with %s", json == 2
-		                                                                       ? "--columns"
-		                                                               : json ? "--json"
-		                                                                      : "--sweep");
+	if (hist && (as_json || sweep)) {
+		status = usage_error("--histogram cannot be combined with %s",
+		                     as_json ? as_json : "--sweep");
 		goto out;
 	}
 	if (ring_size && sweep) {
@@ -598,10 +595,10 @@ int main(int argc, char **argv)
 		/* Checked against the plan's own ring: the limit, or the automatic size. */
 		if (ring_size && placefs_plan_set_ring_bytes(plan, ring_bytes, "--ring-size", &err))
 			goto fail;
-		rc = json == 2 ? placefs_plan_format_columns(plan, source, &sb)
-		     : json    ? placefs_plan_format_json(plan, source, &sb)
-		     : hist    ? histogram(plan, source, &sb)
-		               : placefs_plan_format_text(plan, source, &sb);
+		rc = columns ? placefs_plan_format_columns(plan, source, &sb)
+		     : json  ? placefs_plan_format_json(plan, source, &sb)
+		     : hist  ? histogram(plan, source, &sb)
+		             : placefs_plan_format_text(plan, source, &sb);
 		if (rc) {
 			placefs_error_set(&err, rc, PLACEFS_E_NOMEM, "formatting the plan: %s",
 			                  strerror(-rc));
