@@ -320,9 +320,10 @@ def _chunks(items, workers):
     """
     items = list(items)
     nbytes = list(map(_NBYTES, map(_FIRST, items)))
+    items = list(compress(items, nbytes))  # not the empty ones
+    nbytes = list(compress(nbytes, nbytes))
     small = list(compress(items, map(BATCH_BELOW.__gt__, nbytes)))
     out = [[a] for a in compress(items, map(BATCH_BELOW.__le__, nbytes))]
-    small = list(compress(small, map(_NBYTES, map(_FIRST, small))))  # not empty ones
     # In destination order, which _layout made shard order: the daemon moves
     # entries that are neighbours in both as one range.
     offs = list(map(_SECOND, small))
@@ -332,6 +333,18 @@ def _chunks(items, workers):
         per = max(1, min(BATCH_MAX, -(-len(small) // (2 * max(1, workers)))))
         out += [small[i:i + per] for i in range(0, len(small), per)]
     return out
+
+
+def _batch_retrying(fd, mode, dest, entries, timeout_ns, what, ranges=False):
+    """stage_batch(), retried briefly while the daemon answers EAGAIN (every
+    worker it lends to batches is busy); any other error is raised."""
+    for attempt in range(200):
+        try:
+            return stage_batch(fd, mode, dest, entries, timeout_ns, what=what, ranges=ranges)
+        except OSError as e:
+            if e.errno != _errno.EAGAIN or attempt == 199:
+                raise
+            time.sleep(0.001 * (1 + attempt % 10))
 
 
 def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
@@ -350,20 +363,12 @@ def _batch_chunk(chunk, dest, mode, timeout_ns, tick, single, state):
         fd = os.open(chunk[0][0].path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         res = None
         try:
-            for attempt in range(200):
-                try:
-                    res = stage_batch(fd, mode, dest, [(t.index, o) for t, o in chunk],
-                                      timeout_ns, what="batch of %d from tensor %r"
-                                      % (len(chunk), chunk[0][0].name))
-                    break
-                except OSError as e:
-                    if e.errno == _errno.EAGAIN and attempt < 199:
-                        time.sleep(0.001 * (1 + attempt % 10))
-                        continue
-                    if e.errno in (_errno.ENOTTY, _errno.EINVAL) and not state.get("seen"):
-                        state["batch"] = False
-                        break
-                    raise
+            res = _batch_retrying(fd, mode, dest, [(t.index, o) for t, o in chunk], timeout_ns,
+                                  "batch of %d from tensor %r" % (len(chunk), chunk[0][0].name))
+        except OSError as e:
+            if e.errno not in (_errno.ENOTTY, _errno.EINVAL) or state.get("seen"):
+                raise
+            state["batch"] = False
         finally:
             os.close(fd)
         if res is not None:
@@ -421,17 +426,9 @@ def _run_all(pool, fn, items, meanwhile=None):
 
 
 def _ranges_request(fd, dest, spans, timeout_ns):
-    """One BATCH_RANGES request, retried briefly on EAGAIN (the daemon's batch
-    workers all busy); returns its [(nbytes, errno, index)]."""
-    for attempt in range(200):
-        try:
-            return stage_batch(fd, "copy", dest, spans, timeout_ns, what="plan ranges %s"
-                               % ", ".join("[%d, %d)" % (a, a + c) for a, c, _ in spans),
-                               ranges=True)
-        except OSError as e:
-            if e.errno != _errno.EAGAIN or attempt == 199:
-                raise
-            time.sleep(0.001 * (1 + attempt % 10))
+    """One BATCH_RANGES request in copy mode; returns its [(nbytes, errno, index)]."""
+    return _batch_retrying(fd, "copy", dest, spans, timeout_ns, "plan ranges %s" % ", ".join(
+        "[%d, %d)" % (a, a + c) for a, c, _ in spans), ranges=True)
 
 
 class _Early:
@@ -461,6 +458,7 @@ class _Early:
         self.export = None
         self.pool = None
         self.buf = None
+        self.fd = None
 
     @classmethod
     def start(cls, mountpoint, torch, dev_index, workers, timeout_ns):
@@ -533,7 +531,7 @@ class _Early:
         if self.export is not None:
             self.export.__exit__(None, None, None)
             self.export = None
-        if getattr(self, "fd", None) is not None:
+        if self.fd is not None:
             os.close(self.fd)
             self.fd = None
         if first is not None:
@@ -663,6 +661,19 @@ class _Loader:
         self.raw.add_bulk(flat, names, offs, list(map(_NBYTES, tensors)))
         self.out.update(zip(names, views))
 
+    def _finish_sliced(self, tensors, offs, flat):
+        """_finish_bulk() a slice at a time, letting go of the GIL between slices.
+
+        Views only (no kernels, nothing touches the bytes), built while the
+        daemon fills flat, so a checkpoint of many small tensors does not pay
+        for them after its last byte landed. A request thread whose answer
+        came back waits for the GIL, and with it its next request, until a
+        slice ends (the interpreter's own switch comes only every 5 ms).
+        """
+        for a in range(0, len(tensors), VIEW_SLICE):
+            self._finish_bulk(tensors[a:a + VIEW_SLICE], offs[a:a + VIEW_SLICE], flat)
+            time.sleep(0)
+
     # CPU-placed ------------------------------------------------------------------------
 
     def _read_one(self, t):
@@ -760,10 +771,7 @@ class _Loader:
             # The plan is not what layout.json said; start again the usual way.
             early.finish()
             return False
-        buf = early.buf
-        for a in range(0, len(tensors), VIEW_SLICE):
-            self._finish_bulk(tensors[a:a + VIEW_SLICE], offs[a:a + VIEW_SLICE], buf)
-            time.sleep(0)
+        self._finish_sliced(tensors, offs, early.buf)
         done = 0
         for (first, count, _), res in zip(early.spans, early.finish()):
             nb, err, index = res[0]
@@ -794,15 +802,8 @@ class _Loader:
         torch.cuda.synchronize(dev)
 
         def views():
-            # Views only (no kernels, nothing touches the bytes): built while the
-            # daemon fills buf, so a checkpoint of many small tensors does not
-            # pay for them after its last byte landed. A slice at a time, letting
-            # go of the GIL between slices: a worker whose request came back
-            # waits for the GIL, and with it the next request, until then (the
-            # interpreter's own switch comes only every 5 ms).
-            for a in range(0, len(tensors), VIEW_SLICE):
-                self._finish_bulk(tensors[a:a + VIEW_SLICE], offs[a:a + VIEW_SLICE], buf)
-                time.sleep(0)
+            # Built while the daemon fills buf (see _finish_sliced).
+            self._finish_sliced(tensors, offs, buf)
 
         with _torch.cuda_ipc_export(buf) as (handle, storage_off, storage_bytes):
             # The handle is of the base of the allocator's segment; the
@@ -909,6 +910,14 @@ class _Loader:
             gdev = "cuda:%d" % self.dev_index if cuda_ok and self.torch.cuda.is_available() \
                 else "cpu"
         self.report = LoadReport(m.mountpoint, self.mode, gdev, ring)
+        # Whole tensors, by placement (gpu may come to hold a rank's slices);
+        # counted before the parts run, so that nothing of it follows the last byte.
+        nbytes = list(map(_NBYTES, m.tensors))
+        gpu_bytes, ngpu = sum(compress(nbytes, on_gpu)), sum(on_gpu)
+        self.report.count["gpu"] += ngpu
+        self.report.count["cpu"] += len(on_gpu) - ngpu
+        self.report.bytes["gpu"] += gpu_bytes
+        self.report.bytes["cpu"] += sum(nbytes) - gpu_bytes
         if self._want_progress:
             from ._progress import Progress
             # progress: True (labelled with the mount's name) or the label itself.
@@ -941,15 +950,6 @@ class _Loader:
 
     def _run(self, m, gpu, cpu, ri, gdev):
         t_all = time.perf_counter()
-        # Whole tensors, by placement (gpu may hold a rank's slices); counted
-        # before the parts run, so that nothing of it follows the last byte.
-        nbytes = list(map(_NBYTES, m.tensors))
-        on_gpu = list(map("gpu".__eq__, map(_PLACEMENT, m.tensors)))
-        gpu_bytes = sum(compress(nbytes, on_gpu))
-        self.report.count["gpu"] += sum(on_gpu)
-        self.report.count["cpu"] += len(on_gpu) - sum(on_gpu)
-        self.report.bytes["gpu"] += gpu_bytes
-        self.report.bytes["cpu"] += sum(nbytes) - gpu_bytes
         cpu_done = {}
 
         def cpu_part():

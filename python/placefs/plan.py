@@ -83,7 +83,7 @@ for _i, _f in enumerate(_FIELDS):
 del _i, _f
 
 
-def _read_json(path, mountpoint):
+def _read_json(path):
     """The parsed file, None when it does not exist; ValueError when it is not JSON."""
     try:
         with open(path, "rb") as f:
@@ -101,12 +101,12 @@ def _from_columns(c, path, d):
         n = c["count"]
         names, files, dtypes = c["name"], c["files"], c["dtypes"]
         enc = c["filename"]
-        keys = list(enc)  # a dict, or TypeError below
-        enc.items()
         cols = (c["file"], c["dtype"], c["shape"], c["nbytes"], c["offset"])
         place = c["placement"]
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise ValueError(what + "malformed (%s)" % e) from None
+    if not isinstance(enc, dict):
+        raise ValueError(what + "malformed (\"filename\" is not an object)")
     if c.get("version") != 1:
         raise ValueError(what + "version %r, this loader reads 1" % (c.get("version"),))
     if not isinstance(n, int) or n < 0 or not isinstance(place, str) or \
@@ -134,7 +134,7 @@ def _from_columns(c, path, d):
         raise ValueError(what + "every shape must be a list of integers >= 0")
     if n and set(map(type, names)) != {str}:
         raise ValueError(what + "every tensor name must be a string")
-    if any(not k.isdigit() or not 0 <= int(k) < n for k in keys):
+    if any(not k.isdigit() or not 0 <= int(k) < n for k in enc):
         raise ValueError(what + "\"filename\" has a key that is not an entry's index")
     fnames = list(names)
     for k, v in enc.items():
@@ -166,7 +166,7 @@ class Plan:
         d = os.path.join(mountpoint, "")
         cpath = os.path.join(mountpoint, ".placefs", "columns.json")
         self._data = None
-        top = _read_json(cpath, mountpoint)
+        top = _read_json(cpath)
         if top is not None:
             if not isinstance(top, dict):
                 raise ValueError("%s: not a JSON object" % cpath)
@@ -187,7 +187,7 @@ class Plan:
                 seen.add(t.name)
 
     def _read_plan_json(self):
-        data = _read_json(self.path, self.mountpoint)
+        data = _read_json(self.path)
         if data is None:
             raise FileNotFoundError(_errno.ENOENT, "%s is not a placefs mount (no "
                                     ".placefs/plan.json)" % self.mountpoint, self.path)
