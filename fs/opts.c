@@ -699,10 +699,11 @@ void placefs_opts_release(struct placefs_opts *o)
 
 void placefs_opts_usage(FILE *f, const char *prog)
 {
-	char hbuf[32], rahead[32];
+	char hbuf[32], hbuf_host[32], rahead[32];
 
 	/* Every default printed comes from its one definition (opts.h, backend.h). */
-	compact_size(PLACEFS_HOST_BUFFER_DEFAULT, hbuf, sizeof(hbuf));
+	compact_size(PLACEFS_HOST_BUFFER_DEFAULT_CUDA, hbuf, sizeof(hbuf));
+	compact_size(PLACEFS_HOST_BUFFER_DEFAULT_HOST, hbuf_host, sizeof(hbuf_host));
 	compact_size(PLACEFS_READAHEAD, rahead, sizeof(rahead));
 	fprintf(f,
 	        "usage: %s [options] SOURCE MOUNTPOINT\n"
@@ -722,7 +723,8 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           when a CUDA device is present, else none); a list\n"
 	        "                           cuda:0,cuda:1,... or cuda:all (host:0,host:1,...\n"
 	        "                           without a GPU) stages through one ring per device\n"
-	        "    -o host_buffer=SIZE    pinned bounce memory for staging (default: %s)\n"
+	        "    -o host_buffer=SIZE    pinned bounce memory for staging (default: %s with\n"
+	        "                           cuda, %s with host)\n"
 	        "    -o ring_size=SIZE      device memory of the staging ring (default: the\n"
 	        "                           staging limit); at least the limit\n"
 	        "    -o noprefetch          stage only what is asked for, nothing ahead\n"
@@ -769,7 +771,7 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           (may improve performance)\n"
 	        "    -o max_idle_threads=N  the maximum number of idle worker threads\n"
 	        "                           allowed (default: -1, no limit; at most %d)\n",
-	        prog, hbuf, rahead, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS,
+	        prog, hbuf, hbuf_host, rahead, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS,
 	        PLACEFS_MAX_THREADS_MAX, PLACEFS_MAX_BACKGROUND, PLACEFS_STAGE_TIMEOUT,
 	        PLACEFS_MAX_WAITING, PLACEFS_USER_SHARE, PLACEFS_MAX_THREADS_MAX);
 }

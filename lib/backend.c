@@ -109,7 +109,8 @@ int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint6
 		                         "%s: the staging ring size must be greater than zero",
 		                         spec);
 	if (host_buffer == 0)
-		host_buffer = PLACEFS_HOST_BUFFER_DEFAULT;
+		host_buffer = dev.kind == PLACEFS_DEVICE_HOST ? PLACEFS_HOST_BUFFER_DEFAULT_HOST
+		                                              : PLACEFS_HOST_BUFFER_DEFAULT_CUDA;
 	if (host_buffer < PLACEFS_HOST_BUFFER_MIN || host_buffer > PLACEFS_HOST_BUFFER_MAX)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
 		                         "%s: host_buffer=%llu is outside %llu..%llu bytes", spec,

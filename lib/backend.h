@@ -43,20 +43,30 @@
 #include "error.h"
 #include "placefs/ioctl.h"
 
-/* -o host_buffer default and bounds. */
-#define PLACEFS_HOST_BUFFER_DEFAULT (64ULL << 20)
+/*
+ * -o host_buffer defaults and bounds. A CUDA ring defaults to 128 MiB: 32
+ * chunks of 4 MiB, two or three per I/O thread. On the H200 machine (300 MiB
+ * last-level cache), fresh mounts, side by side in one run, a one-shot load
+ * of Llama-3-8B shapes moved 47.8-48.9 GB/s with it against 43.4-44.2 with
+ * 64 MiB (2 MiB chunks), and the mixture of experts 46.2-46.6 against
+ * 41.5-42.0; 96M gave 47.7, 192M and 256M 35-50 (unsteady: the bytes between
+ * the CPU's copy and the DMA that reads them back outgrow the cache), 32M
+ * 34-35 (doc/PERFORMANCE.md 0.0). The host ring keeps 64 MiB: its chunks
+ * are memcpy'd into host memory, and it is filled (touched) at mount.
+ */
+#define PLACEFS_HOST_BUFFER_DEFAULT_CUDA (128ULL << 20)
+#define PLACEFS_HOST_BUFFER_DEFAULT_HOST (64ULL << 20)
 #define PLACEFS_HOST_BUFFER_MIN     (8ULL << 10)
 #define PLACEFS_HOST_BUFFER_MAX     (4ULL << 30)
 /*
  * Chunk policy: host_buffer / 32 rounded down to 4 KiB, clamped to
  * [4 KiB, 16 MiB]; as many whole chunks as fit ($PLACEFS_CHUNK_BYTES, a size
- * within those bounds and at most host_buffer, overrides it). 64 MiB gives
- * 32 chunks of 2 MiB (two or three per I/O thread: 14 threads on 16 cores);
- * 1 GiB gives 64 chunks of 16 MiB. On an H200, fresh mount, the bounce path
- * was fastest with 2 MiB chunks: each thread double-buffers, and the bytes
- * between the CPU's copy and the DMA that reads them back stay few (1 MiB
- * and below cost more per chunk; 4 MiB, one per thread, and 16 MiB were
- * slower; doc/PERFORMANCE.md section 0).
+ * within those bounds and at most host_buffer, overrides it). 128 MiB gives
+ * 32 chunks of 4 MiB (two or three per I/O thread: 14 threads on 16 cores);
+ * 64 MiB 32 of 2 MiB; 1 GiB 64 of 16 MiB. Every I/O thread must
+ * double-buffer: 4 MiB chunks one per thread (64 MiB as 16) ran at 42.8
+ * GB/s against 47.8-48.9 as 32, and 16 MiB one per thread at half that
+ * (doc/PERFORMANCE.md section 0).
  */
 #define PLACEFS_CHUNK_TARGET_COUNT 32
 #define PLACEFS_CHUNK_MIN          (4ULL << 10)
@@ -100,8 +110,8 @@ struct placefs_dest {
 
 /*
  * Creates the backend of device `dev` (lib/device.h) with a ring of ring_bytes (> 0) and
- * bounce chunks carved from at most host_buffer bytes (0 = default; else
- * PLACEFS_HOST_BUFFER_MIN..MAX). "none" succeeds with *out = NULL.
+ * bounce chunks carved from at most host_buffer bytes (0 = the device kind's default,
+ * PLACEFS_HOST_BUFFER_DEFAULT_CUDA or _HOST; else PLACEFS_HOST_BUFFER_MIN..MAX). "none" succeeds with *out = NULL.
  * Errors: -EINVAL (a device that placefs_device_check() refuses, sizes), -ENODEV (no such CUDA device; the message
  * is "cuda:N requested but no CUDA device is available: <CUDA error>"),
  * -EOPNOTSUPP (cuda:N in a build without CUDA), -ENOMEM, -EIO, -ENOSPC (host:

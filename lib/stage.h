@@ -113,7 +113,7 @@ enum placefs_stage_slice_read {
 struct placefs_stager_config {
 	struct placefs_device device; /* cuda:N, host or none (lib/device.h) */
 	uint64_t ring_bytes;          /* > 0: the staging limit, or placefs_plan_ring_bytes() */
-	uint64_t host_buffer;         /* 0 = PLACEFS_HOST_BUFFER_DEFAULT */
+	uint64_t host_buffer;         /* 0 = the backend's default (backend.h) */
 	/*
 	 * 0 = default: $PLACEFS_STAGE_IO_THREADS if set, else online CPUs - 2
 	 * clamped to [4, 16]; capped by the number of bounce chunks.

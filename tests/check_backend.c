@@ -145,7 +145,7 @@ START_TEST(test_host_info_and_chunks)
 	placefs_backend_get_info(be, &info);
 	ck_assert_uint_eq(info.chunk_bytes, 2 << 20);
 	ck_assert_uint_eq(info.nchunks, 32);
-	ck_assert_uint_eq(info.host_buffer_bytes, PLACEFS_HOST_BUFFER_DEFAULT);
+	ck_assert_uint_eq(info.host_buffer_bytes, PLACEFS_HOST_BUFFER_DEFAULT_HOST);
 	placefs_backend_free(be);
 	be = mk("host", 4096, 100 << 10);
 	placefs_backend_get_info(be, &info);

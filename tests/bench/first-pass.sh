@@ -4,7 +4,7 @@
 # Needs a CUDA build, a GPU and python3 with torch (for the ceiling and the
 # loader). For every configuration LIMIT:ZC:HB[:THREADS[:VAR=VALUE]] (LIMIT
 # a staging limit or "none"; ZC 0/1 for -o zero_copy, or "-" for the
-# default; HB the -o host_buffer; THREADS sets PLACEFS_STAGE_IO_THREADS, 0
+# default; HB the -o host_buffer, or "-" for the default; THREADS sets PLACEFS_STAGE_IO_THREADS, 0
 # or absent = the default; VAR=VALUE one more environment setting of the
 # daemon) it mounts the checkpoint afresh and measures:
 #   - time to the first tensor: from the return of the mount command to the
@@ -37,8 +37,8 @@
 llama=32:4096:14336:128256
 moe=
 prime=
-configs="512MiB:-:64M 512MiB:1:64M 512MiB:0:128M 512MiB:0:256M 512MiB:0:1G 512MiB:-:64M:8 none:-:64M none:1:64M 128MiB:-:64M"
-loader="512MiB:-:64M 512MiB:1:64M"
+configs="512MiB:-:- 512MiB:1:- 512MiB:0:64M 512MiB:0:256M 512MiB:0:1G 512MiB:-:-:8 none:-:- none:1:- 128MiB:-:-"
+loader="512MiB:-:- none:-:-"
 verify=first
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -81,7 +81,8 @@ row_env() {
 }
 # mount_opts LIMIT ZC HB: the -o argument of one configuration.
 mount_opts() {
-	_o="device=${BENCH_DEVICE:-cuda:0},host_buffer=$3"
+	_o="device=${BENCH_DEVICE:-cuda:0}"
+	[ "$3" = - ] || _o="$_o,host_buffer=$3"
 	[ "$1" = none ] || _o="$_o,buffer_size=$1"
 	[ "$2" = - ] || _o="$_o,zero_copy=$2"
 	printf '%s' "$_o"

@@ -10,6 +10,7 @@ its IPC handle (placefs._torch.cuda_ipc_export, as the loader takes it),
 and a stage into a shm destination from the CUDA backend.
 """
 
+import json
 import os
 import sys
 import time
@@ -28,6 +29,13 @@ def main(mnt, source, limit):
     lt.check(ri.backend == placefs.BACKEND_CUDA and ri.device == 0, "ring_info %r" % ri)
     lt.check(ri.handle_kind == placefs.HANDLE_CUDA_IPC and len(ri.handle) == 64,
              "CUDA ring handle %r" % ri)
+    # gpu-smoke.sh mounts without -o host_buffer: a CUDA ring's default, 128 MiB
+    # (lib/backend.h), as 32 chunks of 4 MiB.
+    lt.check(ri.host_buffer_bytes == 128 << 20, "default host_buffer with cuda: %r" % ri)
+    st = json.load(open(os.path.join(mnt, ".placefs", "stats")))["staging"]
+    lt.check(st["chunk_bytes"] == 4 << 20 and st["host_buffer_bytes"] == 128 << 20,
+             "default chunks with cuda: %r" % {k: st[k] for k in ("chunk_bytes",
+                                                                   "host_buffer_bytes")})
     # The same load without the early requests (PLACEFS_EARLY=0), as the reference path.
     os.environ["PLACEFS_EARLY"] = "0"
     sd, rep = placefs.load(mnt, device="cuda:0", mode="copy")
