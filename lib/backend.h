@@ -56,8 +56,8 @@
  */
 #define PLACEFS_HOST_BUFFER_DEFAULT_CUDA (128ULL << 20)
 #define PLACEFS_HOST_BUFFER_DEFAULT_HOST (64ULL << 20)
-#define PLACEFS_HOST_BUFFER_MIN     (8ULL << 10)
-#define PLACEFS_HOST_BUFFER_MAX     (4ULL << 30)
+#define PLACEFS_HOST_BUFFER_MIN          (8ULL << 10)
+#define PLACEFS_HOST_BUFFER_MAX          (4ULL << 30)
 /*
  * Chunk policy: host_buffer / 32 rounded down to 4 KiB, clamped to
  * [4 KiB, 16 MiB]; as many whole chunks as fit ($PLACEFS_CHUNK_BYTES, a size
