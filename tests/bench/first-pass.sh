@@ -104,7 +104,7 @@ else
 fi
 total=$(du -sb "$src" | cut -f1)
 # The first read of freshly written pages costs the kernel more (LRU
-# activation, doc/PERFORMANCE.md 0.0): --prime reads the shards once first, so
+# activation, doc/PERFORMANCE.md 0.0.3): --prime reads the shards once first, so
 # that every row sees the page cache as a checkpoint read before leaves it.
 if [ -n "$prime" ]; then
 	cat "$src"/*.safetensors >/dev/null
