@@ -586,12 +586,28 @@ static int add_totals(const struct placefs_plan *plan, const char *before,
 	                           t->count[PLACEFS_PLACE_CPU], t->bytes[PLACEFS_PLACE_CPU]);
 }
 
+/*
+ * Room for the entries of a plan format at `per_entry` bytes each besides
+ * their names (twice: name and file name), in one allocation: a plan of
+ * 100,000 tensors is megabytes, grown by doubling it is copied and faulted
+ * in several times over. Only a hint: the adders grow sb as they need.
+ */
+static void reserve(const struct placefs_plan *plan, size_t per_entry, struct placefs_strbuf *sb)
+{
+	size_t need = 0;
+
+	for (size_t i = 0; i < plan->n; i++)
+		need += 2 * strlen(plan->entries[i].tensor->name) + per_entry;
+	(void)placefs_strbuf_grow(sb, need);
+}
+
 int placefs_plan_format_json(const struct placefs_plan *plan, const char *source,
                              struct placefs_strbuf *sb)
 {
 	size_t start = sb->len;
 	int rc;
 
+	reserve(plan, 192, sb);
 	rc = add_head(plan, source, ", \"tensors\": [", sb);
 	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
 		const struct placefs_plan_entry *e = &plan->entries[i];
@@ -616,12 +632,19 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 			rc = placefs_strbuf_adds(sb, ", \"shape\": ");
 		if (!rc)
 			rc = placefs_strbuf_add_json_u64_array(sb, ts->shape, ts->ndim);
+		/* Numbers without printf: a plan may have a million entries. */
 		if (!rc)
-			rc = placefs_strbuf_addf(sb,
-			                         ", \"nbytes\": %" PRIu64 ", \"offset\": %" PRIu64
-			                         ", \"placement\": \"%s\"}",
-			                         ts->nbytes, ts->offset,
-			                         placefs_placement_name(e->placement));
+			rc = placefs_strbuf_adds(sb, ", \"nbytes\": ");
+		if (!rc)
+			rc = placefs_strbuf_add_u64(sb, "", ts->nbytes);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, ", \"offset\": ");
+		if (!rc)
+			rc = placefs_strbuf_add_u64(sb, "", ts->offset);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, e->placement == PLACEFS_PLACE_CPU
+			                                     ? ", \"placement\": \"cpu\"}"
+			                                     : ", \"placement\": \"gpu\"}");
 	}
 	if (!rc)
 		rc = add_totals(plan, "], ", sb);
@@ -788,13 +811,10 @@ int placefs_plan_format_columns(const struct placefs_plan *plan, const char *sou
 	return rollback(sb, start, rc);
 }
 
+/* [d0, d1, ...]: the shape as the text plan shows it (the JSON array form). */
 static int add_shape(struct placefs_strbuf *sb, const struct placefs_tensor *t)
 {
-	int rc = placefs_strbuf_adds(sb, "[");
-
-	for (uint32_t d = 0; rc == 0 && d < t->ndim; d++)
-		rc = placefs_strbuf_addf(sb, d ? ", %" PRIu64 : "%" PRIu64, t->shape[d]);
-	return rc ? rc : placefs_strbuf_adds(sb, "]");
+	return placefs_strbuf_add_json_u64_array(sb, t->shape, t->ndim);
 }
 
 static size_t shape_width(const struct placefs_tensor *t)
@@ -802,7 +822,7 @@ static size_t shape_width(const struct placefs_tensor *t)
 	size_t w = 2;
 
 	for (uint32_t d = 0; d < t->ndim; d++) {
-		w += (size_t)snprintf(NULL, 0, "%" PRIu64, t->shape[d]);
+		w += placefs_strbuf_u64_width(t->shape[d]);
 		if (d)
 			w += 2;
 	}
@@ -899,7 +919,7 @@ int placefs_plan_format_text(const struct placefs_plan *plan, const char *source
 		const struct placefs_tensor *t = plan->entries[i].tensor;
 		size_t w;
 
-		w = (size_t)snprintf(NULL, 0, "%" PRIu64, t->nbytes);
+		w = placefs_strbuf_u64_width(t->nbytes);
 		wb = w > wb ? w : wb;
 		w = strlen(placefs_dtype_name(t->dtype));
 		wd = w > wd ? w : wd;
@@ -908,6 +928,7 @@ int placefs_plan_format_text(const struct placefs_plan *plan, const char *source
 		w = strlen(tfile(t));
 		wf = w > wf ? w : wf;
 	}
+	reserve(plan, wb + wd + ws + wf + 20, sb);
 	rc = placefs_strbuf_addf(sb, "source: %s\nselected: %zu tensor%s\n\n",
 	                         source ? source : "(unknown)", plan->n, plan->n == 1 ? "" : "s");
 	if (!rc)
@@ -918,15 +939,32 @@ int placefs_plan_format_text(const struct placefs_plan *plan, const char *source
 		const struct placefs_plan_entry *e = &plan->entries[i];
 		const struct placefs_tensor *t = e->tensor;
 
-		rc = placefs_strbuf_addf(sb, "%-5s  %*" PRIu64 "  %-*s  ",
-		                         placefs_placement_name(e->placement), (int)wb, t->nbytes,
-		                         (int)wd, placefs_dtype_name(t->dtype));
+		const char *dt = placefs_dtype_name(t->dtype), *f = tfile(t);
+
+		/* "%-5s  %*llu  %-*s  SHAPE  %-*s  %s\n", without printf. */
+		rc = placefs_strbuf_adds(sb, e->placement == PLACEFS_PLACE_CPU ? "cpu    " : "gpu    ");
+		if (!rc)
+			rc = add_pad(sb, wb - placefs_strbuf_u64_width(t->nbytes));
+		if (!rc)
+			rc = placefs_strbuf_add_u64(sb, "", t->nbytes);
+		if (!rc)
+			rc = add_pad(sb, 2);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, dt);
+		if (!rc)
+			rc = add_pad(sb, wd - strlen(dt) + 2);
 		if (!rc)
 			rc = add_shape(sb, t);
 		if (!rc)
 			rc = add_pad(sb, ws - shape_width(t) + 2);
 		if (!rc)
-			rc = placefs_strbuf_addf(sb, "%-*s  %s\n", (int)wf, tfile(t), t->name);
+			rc = placefs_strbuf_adds(sb, f);
+		if (!rc)
+			rc = add_pad(sb, wf - strlen(f) + 2);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, t->name);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "\n");
 	}
 	if (!rc)
 		rc = placefs_strbuf_adds(sb, "\n");

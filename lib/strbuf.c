@@ -77,17 +77,29 @@ int placefs_strbuf_adds(struct placefs_strbuf *sb, const char *s)
 
 int placefs_strbuf_addf(struct placefs_strbuf *sb, const char *fmt, ...)
 {
+	size_t room = sb->buf ? sb->alloc - sb->len : 0;
 	va_list ap;
 	int n, rc;
 
+	/* One pass when it fits in the room there is; else measure, grow, format. */
 	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
+	n = room ? vsnprintf(sb->buf + sb->len, room, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
 	va_end(ap);
-	if (n < 0)
+	if (n < 0) {
+		if (room)
+			sb->buf[sb->len] = '\0';
 		return -EINVAL;
+	}
+	if ((size_t)n < room) {
+		sb->len += (size_t)n;
+		return 0;
+	}
 	rc = placefs_strbuf_grow(sb, (size_t)n);
-	if (rc)
+	if (rc) {
+		if (sb->buf)
+			sb->buf[sb->len] = '\0'; /* the partial output is not ours to keep */
 		return rc;
+	}
 	va_start(ap, fmt);
 	vsnprintf(sb->buf + sb->len, (size_t)n + 1, fmt, ap);
 	va_end(ap);
@@ -111,8 +123,18 @@ int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s)
 	size_t start = sb->len;
 	int rc = placefs_strbuf_add(sb, "\"", 1);
 
-	for (; rc == 0 && *p; p++) {
-		switch (*p) {
+	while (rc == 0 && *p) {
+		const unsigned char *q = p;
+
+		/* A run of bytes that need no escape, in one add. */
+		while (*q >= 0x20 && *q != '"' && *q != '\\' && *q != 0x7f)
+			q++;
+		if (q != p) {
+			rc = placefs_strbuf_add(sb, p, (size_t)(q - p));
+			p = q;
+			continue;
+		}
+		switch (*p++) {
 		case '"': rc = placefs_strbuf_add(sb, "\\\"", 2); break;
 		case '\\': rc = placefs_strbuf_add(sb, "\\\\", 2); break;
 		case '\n': rc = placefs_strbuf_add(sb, "\\n", 2); break;
@@ -120,11 +142,7 @@ int placefs_strbuf_add_json_string(struct placefs_strbuf *sb, const char *s)
 		case '\t': rc = placefs_strbuf_add(sb, "\\t", 2); break;
 		case '\b': rc = placefs_strbuf_add(sb, "\\b", 2); break;
 		case '\f': rc = placefs_strbuf_add(sb, "\\f", 2); break;
-		default:
-			if (*p < 0x20 || *p == 0x7f)
-				rc = placefs_strbuf_addf(sb, "\\u%04x", *p);
-			else
-				rc = placefs_strbuf_add(sb, p, 1);
+		default: rc = placefs_strbuf_addf(sb, "\\u%04x", p[-1]); break;
 		}
 	}
 	if (!rc)
@@ -152,6 +170,17 @@ int placefs_strbuf_add_quoted(struct placefs_strbuf *sb, const char *s, size_t m
 	sb->buf[sb->len++] = '"';
 	sb->buf[sb->len] = '\0';
 	return 0;
+}
+
+size_t placefs_strbuf_u64_width(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 10) {
+		v /= 10;
+		n++;
+	}
+	return n;
 }
 
 int placefs_strbuf_add_u64(struct placefs_strbuf *sb, const char *sep, uint64_t v)

@@ -43,6 +43,8 @@ int placefs_strbuf_add_quoted(struct placefs_strbuf *sb, const char *s, size_t m
  * printf: formats with tens of thousands of numbers use it.
  */
 int placefs_strbuf_add_u64(struct placefs_strbuf *sb, const char *sep, uint64_t v);
+/* The number of decimal digits of v (1 for 0): a column's width without printf. */
+size_t placefs_strbuf_u64_width(uint64_t v);
 /* Appends a JSON array of unsigned integers: [1, 2, 3] ("[]" when n == 0). */
 int placefs_strbuf_add_json_u64_array(struct placefs_strbuf *sb, const uint64_t *v, size_t n);
 /* Never NULL: "" for an empty buffer. */

@@ -130,6 +130,54 @@ START_TEST(test_add_u64)
 }
 END_TEST
 
+/* u64_width: every digit count and both ends, against printf. */
+START_TEST(test_u64_width)
+{
+	char tmp[32];
+	uint64_t v = 0;
+
+	for (int d = 0; d <= 20; d++, v = v * 10 + 9)
+		ck_assert_uint_eq(placefs_strbuf_u64_width(v),
+		                  (size_t)snprintf(tmp, sizeof(tmp), "%" PRIu64, v));
+	ck_assert_uint_eq(placefs_strbuf_u64_width(UINT64_MAX), 20);
+	ck_assert_uint_eq(placefs_strbuf_u64_width(10), 2);
+	ck_assert_uint_eq(placefs_strbuf_u64_width(1), 1);
+}
+END_TEST
+
+/*
+ * addf formats in one pass into the room already there: a result that fits
+ * exactly, one byte too long (the NUL), and far too long, each appended to
+ * what the buffer holds.
+ */
+START_TEST(test_addf_room)
+{
+	struct placefs_strbuf sb;
+	char want[300];
+	size_t room;
+
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_grow(&sb, 100), 0);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "ab"), 0);
+	room = sb.alloc - sb.len; /* bytes for the text and its NUL */
+	memset(want, 'x', sizeof(want));
+	ck_assert_int_eq(placefs_strbuf_addf(&sb, "%.*s", (int)(room - 1), want), 0);
+	ck_assert_uint_eq(sb.len, 2 + room - 1);
+	ck_assert_uint_eq(strlen(sb.buf), sb.len);
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "ab"), 0);
+	room = sb.alloc - sb.len;
+	ck_assert_int_eq(placefs_strbuf_addf(&sb, "%.*s|", (int)(room - 1), want), 0);
+	ck_assert_uint_eq(sb.len, 2 + room);
+	ck_assert_int_eq(sb.buf[sb.len - 1], '|');
+	ck_assert_int_eq(sb.buf[sb.len], '\0');
+	ck_assert_int_eq(sb.buf[1], 'b');
+	ck_assert_int_eq(placefs_strbuf_addf(&sb, "[%d:%s]", 42, "y"), 0);
+	ck_assert_str_eq(sb.buf + 2 + room, "[42:y]");
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
 START_TEST(test_addf_on_fresh_buffer)
 {
 	struct placefs_strbuf sb;
@@ -223,6 +271,9 @@ START_TEST(test_json_string)
 	check_json("a\x7f", "\"a\\u007f\"");
 	/* '/' needs no escape, and a space or a tilde is printable. */
 	check_json("a/b ~", "\"a/b ~\"");
+	/* Runs of plain bytes between escapes, at both ends and in the middle. */
+	check_json("\"ab\\cd\x01ef\x7f", "\"\\\"ab\\\\cd\\u0001ef\\u007f\"");
+	check_json("x\ny\tz", "\"x\\ny\\tz\"");
 	/* UTF-8 (2, 3 and 4 byte sequences) passes through untouched. */
 	check_json("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80",
 	           "\"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80\"");
@@ -302,6 +353,8 @@ static Suite *strbuf_suite(void)
 	tcase_add_test(tc, test_add_zero_on_empty_allocates);
 	tcase_add_test(tc, test_adds_addf);
 	tcase_add_test(tc, test_add_u64);
+	tcase_add_test(tc, test_u64_width);
+	tcase_add_test(tc, test_addf_room);
 	tcase_add_test(tc, test_addf_on_fresh_buffer);
 	tcase_add_test(tc, test_reset_keeps_allocation);
 	tcase_add_test(tc, test_grow);
