@@ -394,6 +394,97 @@ out:
 	return rc;
 }
 
+/*
+ * Opening the shards: each worker claims the next shard index; a failure
+ * lowers `stop`, past which nothing more is claimed. Every index below the
+ * lowest failure was claimed (claims are in order) and finishes, so the
+ * error reported is the first shard's in order, as one thread would find it.
+ */
+#define OPEN_THREADS_MAX 8
+
+struct open_pool {
+	struct placefs_ckpt *ck;
+	atomic_size_t next;
+	atomic_size_t stop; /* the lowest failing index so far (nshards: none) */
+};
+
+struct open_worker {
+	struct open_pool *pool;
+	size_t failed; /* this worker's first failing index, or SIZE_MAX */
+	int rc;
+	struct placefs_error err;
+	pthread_t tid;
+	int started;
+};
+
+static void *open_main(void *arg)
+{
+	struct open_worker *w = arg;
+	struct open_pool *p = w->pool;
+	struct placefs_ckpt *ck = p->ck;
+
+	for (;;) {
+		size_t i = atomic_fetch_add(&p->next, 1), stop;
+
+		if (i >= ck->nshards || i > atomic_load(&p->stop))
+			break;
+		w->rc = open_shard(ck, &ck->shards[i], &ck->priv[i], &w->err);
+		if (w->rc) {
+			w->failed = i;
+			stop = atomic_load(&p->stop);
+			while (i < stop && !atomic_compare_exchange_weak(&p->stop, &stop, i))
+				;
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Opens, checks and parses every shard: on up to OPEN_THREADS_MAX threads (a
+ * checkpoint of many shards spends much of its mount parsing their headers),
+ * the calling thread one of them; fewer when threads cannot be had.
+ */
+static int open_shards(struct placefs_ckpt *ck, struct placefs_error *err)
+{
+	struct open_worker w[OPEN_THREADS_MAX];
+	struct open_pool pool = {.ck = ck};
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t nw = ck->nshards, best = 0;
+
+	if (ncpu < 1)
+		ncpu = 1;
+	if (nw > (size_t)ncpu)
+		nw = (size_t)ncpu;
+	if (nw > OPEN_THREADS_MAX)
+		nw = OPEN_THREADS_MAX;
+	if (nw == 0)
+		return 0;
+	atomic_init(&pool.next, 0);
+	atomic_init(&pool.stop, ck->nshards);
+	for (size_t k = 0; k < nw; k++) {
+		w[k].pool = &pool;
+		w[k].failed = SIZE_MAX;
+		w[k].rc = 0;
+		w[k].started = 0;
+		placefs_error_clear(&w[k].err);
+	}
+	for (size_t k = 1; k < nw; k++)
+		w[k].started = pthread_create(&w[k].tid, NULL, open_main, &w[k]) == 0;
+	open_main(&w[0]);
+	for (size_t k = 1; k < nw; k++)
+		if (w[k].started)
+			pthread_join(w[k].tid, NULL);
+	for (size_t k = 1; k < nw; k++)
+		if (w[k].failed < w[best].failed)
+			best = k;
+	if (w[best].failed == SIZE_MAX)
+		return 0;
+	if (err)
+		*err = w[best].err;
+	return w[best].rc;
+}
+
 static int cmp_shard_file(const void *a, const void *b)
 {
 	return strcmp(((const struct placefs_shard *)a)->file,
@@ -762,11 +853,9 @@ int placefs_ckpt_open(const char *source, const char *index, struct placefs_ckpt
 	}
 	for (size_t i = 0; i < ck->nshards; i++)
 		pthread_mutex_init(&ck->priv[i].lock, NULL);
-	for (size_t i = 0; i < ck->nshards; i++) {
-		rc = open_shard(ck, &ck->shards[i], &ck->priv[i], err);
-		if (rc)
-			goto fail;
-	}
+	rc = open_shards(ck, err);
+	if (rc)
+		goto fail;
 	rc = collect(ck, idx, err);
 	if (rc)
 		goto fail;

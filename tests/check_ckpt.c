@@ -554,6 +554,43 @@ START_TEST(test_invalid_shard_refused)
 }
 END_TEST
 
+/*
+ * Shards are opened on several threads; the error is still the first bad
+ * shard's in order, every time: 24 shards, 7 and 19 truncated, opened 40
+ * times.
+ */
+START_TEST(test_first_bad_shard_reported)
+{
+	char name[32], *p, *good = at("s00.safetensors");
+	uint8_t *buf;
+	size_t len;
+
+	mk(good, "t00", 4u, NULL);
+	buf = tu_read_file(good, &len);
+	for (int i = 1; i < 24; i++) {
+		char tn[8];
+
+		snprintf(name, sizeof(name), "s%02d.safetensors", i);
+		snprintf(tn, sizeof(tn), "t%02d", i);
+		p = at("%s", name);
+		if (i == 7 || i == 19) {
+			tu_write_file(p, buf, len - 1);
+		} else {
+			mk(p, tn, 4u, NULL);
+		}
+		free(p);
+	}
+	for (int k = 0; k < 40; k++) {
+		struct placefs_error err = open_fails(tmpdir, NULL, -EINVAL, PLACEFS_E_FORMAT);
+
+		ck_assert_msg(strstr(err.msg, "s07.safetensors") && !strstr(err.msg, "s19"),
+		              "round %d: %s", k, err.msg);
+	}
+	free(buf);
+	free(good);
+}
+END_TEST
+
 /* An empty directory, or a missing or odd source, is a source error. */
 START_TEST(test_empty_and_missing_sources)
 {
@@ -974,6 +1011,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, test_hf_cache_symlinks);
 	tcase_add_test(tc, test_lfs_pointer_refused);
 	tcase_add_test(tc, test_invalid_shard_refused);
+	tcase_add_test(tc, test_first_bad_shard_reported);
 	tcase_add_test(tc, test_empty_and_missing_sources);
 	tcase_add_test(tc, test_shard_check);
 	tcase_add_test(tc, test_shard_check_ctime);
