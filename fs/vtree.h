@@ -118,8 +118,9 @@ struct placefs_vtree;
  * the source grants it, or less. `views` (NULL: no .placefs/views) gives
  * the views: view files get their shard's owner, read bits and mtime, as
  * tensors do; aux files their own (nlink 3: one inode in the three views);
- * view indexes are control files. Returns 0 or a negative errno with a
- * message.
+ * view indexes are control files. The control files that grow with the
+ * plan are formatted on threads of their own, joined before it returns.
+ * Returns 0 or a negative errno with a message.
  */
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
                          const char *source, const char *plan_note, uid_t uid, gid_t gid,

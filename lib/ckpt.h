@@ -69,6 +69,8 @@ struct placefs_ckpt;
  * relative to the source directory; giving one with a file source is an
  * error. Returns 0 or a negative errno with a message naming the file, the
  * tensor and the rule (kinds PLACEFS_E_SOURCE, _FORMAT, _INDEX, _DUP_SOURCE, _IO).
+ * The shards are opened and parsed on up to 8 threads, all joined before it
+ * returns; of several bad shards, the error is the first one's in shard order.
  */
 int placefs_ckpt_open(const char *source, const char *index, struct placefs_ckpt **out,
                       struct placefs_error *err);
