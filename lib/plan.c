@@ -942,7 +942,8 @@ int placefs_plan_format_text(const struct placefs_plan *plan, const char *source
 		const char *dt = placefs_dtype_name(t->dtype), *f = tfile(t);
 
 		/* "%-5s  %*llu  %-*s  SHAPE  %-*s  %s\n", without printf. */
-		rc = placefs_strbuf_adds(sb, e->placement == PLACEFS_PLACE_CPU ? "cpu    " : "gpu    ");
+		rc = placefs_strbuf_adds(sb,
+		                         e->placement == PLACEFS_PLACE_CPU ? "cpu    " : "gpu    ");
 		if (!rc)
 			rc = add_pad(sb, wb - placefs_strbuf_u64_width(t->nbytes));
 		if (!rc)

@@ -272,7 +272,9 @@ START_TEST(test_json_string)
 	/* '/' needs no escape, and a space or a tilde is printable. */
 	check_json("a/b ~", "\"a/b ~\"");
 	/* Runs of plain bytes between escapes, at both ends and in the middle. */
-	check_json("\"ab\\cd\x01" "ef\x7f", "\"\\\"ab\\\\cd\\u0001ef\\u007f\"");
+	check_json("\"ab\\cd\x01"
+	           "ef\x7f",
+	           "\"\\\"ab\\\\cd\\u0001ef\\u007f\"");
 	check_json("x\ny\tz", "\"x\\ny\\tz\"");
 	/* UTF-8 (2, 3 and 4 byte sequences) passes through untouched. */
 	check_json("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80",
