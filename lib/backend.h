@@ -49,10 +49,12 @@
  * last-level cache), fresh mounts, side by side in one run, a one-shot load
  * of Llama-3-8B shapes moved 47.8-48.9 GB/s with it against 43.4-44.2 with
  * 64 MiB (2 MiB chunks), and the mixture of experts 46.2-46.6 against
- * 41.5-42.0; 96M gave 47.7, 192M and 256M 35-50 (unsteady: the bytes between
- * the CPU's copy and the DMA that reads them back outgrow the cache), 32M
- * 34-35 (doc/PERFORMANCE.md 0.0). The host ring keeps 64 MiB: its chunks
- * are memcpy'd into host memory, and it is filled (touched) at mount.
+ * 41.5-42.0; 96M gave 47.7, 192M and 256M 35-50 (unsteady; the hypothesis,
+ * unproven: the bytes between the CPU's copy and the DMA that reads them
+ * back outgrow the cache), 32M 34-35. On a busier instance it was ahead in
+ * one run and behind in another (doc/PERFORMANCE.md 0.0). The host ring
+ * keeps 64 MiB: its chunks are memcpy'd into host memory, and it is filled
+ * (touched) at mount.
  */
 #define PLACEFS_HOST_BUFFER_DEFAULT_CUDA (128ULL << 20)
 #define PLACEFS_HOST_BUFFER_DEFAULT_HOST (64ULL << 20)
