@@ -642,9 +642,11 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 		if (!rc)
 			rc = placefs_strbuf_add_u64(sb, "", ts->offset);
 		if (!rc)
-			rc = placefs_strbuf_adds(sb, e->placement == PLACEFS_PLACE_CPU
-			                                     ? ", \"placement\": \"cpu\"}"
-			                                     : ", \"placement\": \"gpu\"}");
+			rc = placefs_strbuf_adds(sb, ", \"placement\": \"");
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, placefs_placement_name(e->placement));
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "\"}");
 	}
 	if (!rc)
 		rc = add_totals(plan, "], ", sb);
@@ -939,13 +941,14 @@ int placefs_plan_format_text(const struct placefs_plan *plan, const char *source
 		const struct placefs_plan_entry *e = &plan->entries[i];
 		const struct placefs_tensor *t = e->tensor;
 
-		const char *dt = placefs_dtype_name(t->dtype), *f = tfile(t);
+		const char *pl = placefs_placement_name(e->placement),
+		           *dt = placefs_dtype_name(t->dtype), *f = tfile(t);
 
 		/* "%-5s  %*llu  %-*s  SHAPE  %-*s  %s\n", without printf. */
-		rc = placefs_strbuf_adds(sb,
-		                         e->placement == PLACEFS_PLACE_CPU ? "cpu    " : "gpu    ");
+		rc = placefs_strbuf_adds(sb, pl);
 		if (!rc)
-			rc = add_pad(sb, wb - placefs_strbuf_u64_width(t->nbytes));
+			rc = add_pad(sb,
+			             5 - strlen(pl) + 2 + wb - placefs_strbuf_u64_width(t->nbytes));
 		if (!rc)
 			rc = placefs_strbuf_add_u64(sb, "", t->nbytes);
 		if (!rc)
