@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@ struct vparts {
 };
 
 /* The control files formatted once at creation: their slots in text[]. */
-enum { TEXT_PLAN, TEXT_PLAN_JSON, TEXT_METADATA, TEXT_COLUMNS, TEXT_LAYOUT, N_TEXT };
+enum { TEXT_PLAN, TEXT_PLAN_JSON, TEXT_METADATA, TEXT_COLUMNS, TEXT_LAYOUT, TEXT_SHARDS, N_TEXT };
 
 struct placefs_vtree {
 	const struct placefs_ckpt *ck;
@@ -79,12 +80,13 @@ static const struct {
         [PLACEFS_INO_CPU_DIR] = {"cpu", PLACEFS_INO_BYPL_DIR, PLACEFS_V_DIR, -1},
         [PLACEFS_INO_COLUMNS] = {"columns.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_COLUMNS},
         [PLACEFS_INO_LAYOUT] = {"layout.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_LAYOUT},
+        [PLACEFS_INO_SHARDS] = {"shards.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_SHARDS},
 };
 
 /* Children of the fixed directories other than the root and the placement views. */
 static const uint64_t ctl_children[] = {
-        PLACEFS_INO_PLAN,  PLACEFS_INO_PLAN_JSON, PLACEFS_INO_COLUMNS,  PLACEFS_INO_LAYOUT,
-        PLACEFS_INO_STATS, PLACEFS_INO_METADATA,  PLACEFS_INO_BYPL_DIR,
+        PLACEFS_INO_PLAN,   PLACEFS_INO_PLAN_JSON, PLACEFS_INO_COLUMNS,  PLACEFS_INO_LAYOUT,
+        PLACEFS_INO_SHARDS, PLACEFS_INO_STATS,     PLACEFS_INO_METADATA, PLACEFS_INO_BYPL_DIR,
 };
 #define N_CTL (sizeof(ctl_children) / sizeof(ctl_children[0]))
 static const uint64_t bypl_children[] = {PLACEFS_INO_GPU_DIR, PLACEFS_INO_CPU_DIR};
@@ -121,6 +123,48 @@ static int format_metadata(const struct placefs_ckpt *ck, struct placefs_strbuf 
 				return rc;
 		}
 		if ((rc = placefs_strbuf_adds(sb, "}")) < 0)
+			return rc;
+	}
+	return placefs_strbuf_adds(sb, "}\n");
+}
+
+/*
+ * shards.json: what each shard was when the daemon validated it, so that a
+ * client that maps a shard itself (the Python loader's cpu="map") can tell
+ * that it opened the same, unchanged file: {"<file>": {"path": P, "dev": N,
+ * "ino": N, "size": N, "mtime_ns": N, "ctime_ns": N}, ...}.
+ */
+static int add_ns(struct placefs_strbuf *sb, const char *key, struct timespec ts)
+{
+	uint64_t ns;
+
+	/* Times before 1970 or past 2554 do not fit: written as null, never matched. */
+	if (ts.tv_sec < 0 || __builtin_mul_overflow((uint64_t)ts.tv_sec, 1000000000ULL, &ns) ||
+	    __builtin_add_overflow(ns, (uint64_t)ts.tv_nsec, &ns))
+		return placefs_strbuf_addf(sb, ", \"%s\": null", key);
+	return placefs_strbuf_addf(sb, ", \"%s\": %" PRIu64, key, ns);
+}
+
+static int format_shards(const struct placefs_ckpt *ck, struct placefs_strbuf *sb)
+{
+	size_t i, ns = placefs_ckpt_shard_count(ck);
+	int rc;
+
+	if ((rc = placefs_strbuf_adds(sb, "{")) < 0)
+		return rc;
+	for (i = 0; i < ns; i++) {
+		const struct placefs_shard *s = placefs_ckpt_shard(ck, i);
+
+		if ((i > 0 && (rc = placefs_strbuf_adds(sb, ", ")) < 0) ||
+		    (rc = placefs_strbuf_add_json_string(sb, s->file)) < 0 ||
+		    (rc = placefs_strbuf_adds(sb, ": {\"path\": ")) < 0 ||
+		    (rc = placefs_strbuf_add_json_string(sb, s->path)) < 0 ||
+		    (rc = placefs_strbuf_addf(
+		             sb, ", \"dev\": %" PRIu64 ", \"ino\": %" PRIu64 ", \"size\": %" PRIu64,
+		             (uint64_t)s->dev, (uint64_t)s->ino, s->size)) < 0 ||
+		    (rc = add_ns(sb, "mtime_ns", s->mtime)) < 0 ||
+		    (rc = add_ns(sb, "ctime_ns", s->ctime)) < 0 ||
+		    (rc = placefs_strbuf_adds(sb, "}")) < 0)
 			return rc;
 	}
 	return placefs_strbuf_adds(sb, "}\n");
@@ -261,6 +305,7 @@ static void text_format(struct text_job *j)
 	case TEXT_PLAN_JSON: j->rc = placefs_plan_format_json(j->plan, j->source, &j->sb); break;
 	case TEXT_COLUMNS: j->rc = placefs_plan_format_columns(j->plan, j->source, &j->sb); break;
 	case TEXT_LAYOUT: j->rc = placefs_plan_format_layout(j->plan, &j->sb); break;
+	case TEXT_SHARDS: j->rc = format_shards(j->ck, &j->sb); break;
 	case TEXT_METADATA:
 	default: j->rc = format_metadata(j->ck, &j->sb); break;
 	}

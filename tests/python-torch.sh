@@ -8,7 +8,10 @@
 #   - tests/py/loader_test.py's seed, wrap and mixed scenarios on -o
 #     device=host mounts with torch present: the results are torch tensors
 #     (typed values, views of the shm destination), byte-exact with the
-#     checkpoint, as tests/py/gpu-smoke.sh runs them on a GPU machine.
+#     checkpoint, as tests/py/gpu-smoke.sh runs them on a GPU machine;
+#   - its cpumap scenario: cpu-placed tensors mapped from the source shards
+#     (cpu="auto", "map", "read"; private, and refused for a shard its group
+#     may write or that changed since the mount).
 # The interpreter is the one the tests use when it imports torch, else the
 # distribution's /usr/bin/python3 (CI installs python3-torch where the
 # distribution has it); exit 77 only when neither imports torch.
@@ -63,5 +66,13 @@ tmo 90 "$PYTHON" "$PYDIR/loader_test.py" wrap "$MP" wrap.safetensors || fail "wr
 umount_fs "$MP"
 mount_fs mixed "$MP" -o buffer_size=16K,device=host
 tmo 60 "$PYTHON" "$PYDIR/loader_test.py" mixed "$MP" mixed 16384 || fail "mixed scenario with torch"
+umount_fs "$MP"
+# cpu="auto"/"map"/"read": a copy of mixed whose second shard its group may write.
+cp -r mixed mixedmap || fail "cp mixed"
+chmod 644 mixedmap/*.safetensors && chmod 664 mixedmap/model-00002-of-00003.safetensors ||
+	fail "chmod mixedmap"
+mount_fs mixedmap "$MP" -o buffer_size=16K,device=host
+tmo 90 "$PYTHON" "$PYDIR/loader_test.py" cpumap "$MP" mixedmap 16384 \
+	model-00002-of-00003.safetensors || fail "cpumap scenario with torch"
 umount_fs "$MP"
 exit 0

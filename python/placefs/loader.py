@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: MIT
 """load_state_dict(), load() and iter_weights(): every tensor of a mount.
 
-cpu-placed tensors are read by the daemon's reader threads straight into a
-shm object of this process (PLACEFS_IOC_STAGE_READ), beside the gpu-placed
-ones; gpu-placed ones travel through the daemon's staging ring, in copy mode
+cpu-placed tensors are mapped from their source shards (private, populated
+mappings of the shards the daemon validated, when this process may open them
+and nobody else may shorten them: cpu="auto") or read by the daemon's reader
+threads straight into a shm object of this process (PLACEFS_IOC_STAGE_READ),
+beside the gpu-placed ones; gpu-placed ones travel through the daemon's staging ring, in copy mode
 (into shm objects or CUDA allocations of this process) or in borrow mode
 (leased, copied out or lent, released). Results are torch tensors when torch
 is importable, else PlacedTensor objects. doc/PYTHON.md describes the paths
@@ -26,11 +28,11 @@ from itertools import accumulate, compress, islice, repeat
 import operator
 from operator import attrgetter
 
-from . import _torch
+from . import _mapsrc, _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, PACK_ALIGN,
                      _IOC_ERRORS, Destination, ring_info, stage, stage_batch)
 from ._util import warn_once
-from .mount import Mount, _read_file, shard_slice, slice_nbytes, slice_shape
+from .mount import _DTYPE_BYTES, Mount, _read_file, shard_slice, slice_nbytes, slice_shape
 
 # Tensor parallelism (shard=(rank, world, dims)): which dimension each weight
 # of a Llama-style checkpoint (Llama, Mistral, Qwen2) is split along. Column-
@@ -192,6 +194,19 @@ def _parse_device(device):
     if s.startswith("cuda:") and s[5:].isdigit() and s[5:].isascii():
         return "cuda", int(s[5:])
     raise ValueError("device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got %r" % (device,))
+
+
+CPU_MODES = ("auto", "map", "read")
+
+
+def cpu_mode_from_env():
+    """How cpu-placed tensors land, from PLACEFS_CPU (unset: "auto")."""
+    v = os.environ.get("PLACEFS_CPU")
+    if v is None or v == "":
+        return "auto"
+    if v not in CPU_MODES:
+        raise ValueError("PLACEFS_CPU must be auto, map or read, got '%s'" % v)
+    return v
 
 
 def copy_mode_from_env():
@@ -553,6 +568,7 @@ class LoadReport:
         self.stage_ns = {"wait_ns": 0, "read_ns": 0, "copy_ns": 0, "total_ns": 0}
         self.prefetched = 0
         self.gpu_path = None  # how gpu-placed tensors travelled
+        self.cpu_path = None  # how cpu-placed ones landed: mapped or read
         self.total_seconds = 0.0
 
     def summary(self):
@@ -565,7 +581,7 @@ class LoadReport:
             self.mode, self.device, self.ring)]
         for pl in ("gpu", "cpu"):
             how = self.gpu_path if pl == "gpu" else \
-                "read by the daemon into shared memory, beside the gpu part"
+                self.cpu_path and self.cpu_path + ", beside the gpu part"
             lines.append("  %s: %d tensors, %d bytes, %.3f s, %s (%s)" % (
                 pl, self.count[pl], self.bytes[pl], self.seconds[pl],
                 rate(self.bytes[pl], self.seconds[pl]), how or "none"))
@@ -613,7 +629,11 @@ class _Loader:
     """One load of a mount: results in checkpoint order plus the raw bytes for --verify."""
 
     def __init__(self, mountpoint, device, mode, workers, timeout_ns, progress=False,
-                 shard=None):
+                 shard=None, cpu=None):
+        self.cpu = cpu_mode_from_env() if cpu is None else cpu
+        if self.cpu not in CPU_MODES:
+            raise ValueError("cpu must be 'auto', 'map' or 'read', got %r" % (self.cpu,))
+        self.cpu_path = None  # how the cpu-placed tensors landed (the report's)
         self.mount = mountpoint if isinstance(mountpoint, Mount) else Mount(mountpoint)
         self.shard = _shard_plan(self.mount.tensors, shard)
         self.rank = int(shard[0]) if shard is not None else None
@@ -680,8 +700,87 @@ class _Loader:
         buf = _read_file(t.path, t.nbytes, "tensor %r (%s)" % (t.name, t.path))
         return t, buf
 
+    def _map_cpu(self, tensors, pool):
+        """Maps what it may of tensors from their source shards (module _mapsrc);
+        returns the rest, for STAGE_READ, after saying why in self.cpu_path
+        (cpu="map": an error instead)."""
+        why, maps, left, odd = [], [], [t for t in tensors if not t.nbytes], 0
+        if self.torch is None:
+            why.append("without torch the results are copies")
+        else:
+            try:
+                shards = _mapsrc.read_shards(self.mount.mountpoint)
+            except _mapsrc.Refused as e:
+                why.append(str(e))
+        if why:
+            left = tensors
+        else:
+            by_file = {}
+            for t in tensors:
+                if not t.nbytes:
+                    continue
+                if t.offset % _DTYPE_BYTES.get(t.dtype, 1):
+                    # A view must start at a multiple of its element size;
+                    # safetensors does not align tensors in the file.
+                    odd += 1
+                    left.append(t)
+                    continue
+                by_file.setdefault(t.source, []).append(t)
+            for file, ts in by_file.items():
+                try:
+                    maps.append((_mapsrc.open_shard(shards, file, ts, self.cpu == "auto"), ts))
+                except _mapsrc.Refused as e:
+                    why.append(str(e))
+                    left.extend(ts)
+        if maps:
+            addrs, refs, bad = {}, [], {}
+            for mp, _ in maps:
+                addrs[id(mp)], ref = _mapsrc.address(mp)
+                refs.append(ref)
+
+            def one(piece):
+                try:
+                    _mapsrc.populate(piece, addrs)
+                except _mapsrc.Refused as e:
+                    return piece[0], str(e)
+                self._tick(piece[2])
+                return None
+
+            try:
+                for r in pool.map(one, [p for mp, ts in maps
+                                        for p in _mapsrc.populate_pieces(mp, ts)]):
+                    if r is not None:
+                        bad.setdefault(id(r[0]), r[1])
+            finally:
+                del refs
+            for mp, ts in maps:
+                if id(mp) in bad:
+                    why.append(bad[id(mp)])
+                    left.extend(ts)
+                    mp.mm.close()
+                    continue
+                flat = self.torch.frombuffer(mp.mm, dtype=self.torch.uint8)
+                self._finish_bulk(ts, [t.offset - mp.start for t in ts], flat)
+        if why and self.cpu == "map":
+            raise RuntimeError("%s: cpu=\"map\": %s" % (self.mount.mountpoint, "; ".join(why)))
+        if odd:
+            why.append("%d at offsets that are not a multiple of their element size" % odd)
+        nmap = len(tensors) - len(left)
+        self.cpu_path = "mapped from the source shards (private, populated)" if not left else (
+            "read by the daemon into shared memory (%s)" % "; ".join(why) if not nmap else
+            "%d mapped from the source shards, %d read by the daemon (%s)" % (
+                nmap, len(left), "; ".join(why)))
+        return left
+
     def _load_cpu(self, tensors, pool):
-        """The daemon reads them into one shm object of ours (STAGE_READ), in parallel."""
+        """Maps them (cpu "auto" or "map"), else the daemon reads them into one shm
+        object of ours (STAGE_READ), in parallel."""
+        if self.cpu != "read":
+            tensors = self._map_cpu(tensors, pool)
+            if not tensors:
+                return
+        else:
+            self.cpu_path = "read by the daemon into shared memory (cpu=\"read\")"
         offs, total = _layout(tensors, 64)
         jobs = [(t, o) for t, o in zip(tensors, offs) if t.nbytes]
         shm = _ShmDest(total)
@@ -997,6 +1096,7 @@ class _Loader:
                 raise cpu_done["error"]
         self.report.seconds["gpu"] = t1 - t0
         self.report.seconds["cpu"] = cpu_done.get("seconds", 0.0)
+        self.report.cpu_path = self.cpu_path
         self.report.total_seconds = time.perf_counter() - t_all
         # Checkpoint order: out itself when it was filled so (every tensor
         # gpu-placed, in plan order).
@@ -1021,7 +1121,7 @@ def _start_early(mountpoint, device, mode, workers, timeout_ns, shard):
 
 
 def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False,
-         shard=None):
+         shard=None, cpu=None):
     """Like load_state_dict(), but returns (state_dict, LoadReport).
 
     progress=True draws a progress bar (bytes, rate, ETA) on stderr when it
@@ -1040,7 +1140,7 @@ def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=F
     early = None
     try:
         early = _start_early(mountpoint, device, mode, workers, timeout_ns, shard)
-        ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress, shard)
+        ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress, shard, cpu)
         ld.early = early
         try:
             sd = ld.run()
@@ -1064,11 +1164,23 @@ def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=F
 
 
 def load_state_dict(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
-                    progress=False, shard=None):
+                    progress=False, shard=None, cpu=None):
     """Every tensor of a placefs mount, as a dict name -> tensor in checkpoint order.
 
-    cpu-placed tensors land in host memory: the daemon's reader threads read
-    them straight into a shm object of this process, beside the gpu part.
+    cpu-placed tensors land in host memory, beside the gpu part, as `cpu`
+    says (None: $PLACEFS_CPU, else "auto"):
+      "auto"  views of private mappings of their source shards, populated
+              before the return (the shard's page cache, no new memory), for
+              each shard that this process opens as the very file the daemon
+              validated (.placefs/shards.json) and that nobody but this user
+              or root may write; the others as "read";
+      "map"   mapped as "auto" whoever owns the shard (a shard shortened
+              later makes touching its results raise SIGBUS, as with any
+              memory-mapped loader); RuntimeError naming the shard and the
+              reason when one cannot be mapped;
+      "read"  the daemon's reader threads read them straight into a shm
+              object of this process (new memory, nothing shared).
+    Without torch they are always read. LoadReport.cpu_path says which.
     gpu-placed ones are staged through the daemon's ring: onto `device`
     ("cuda:N") when the mount stages on CUDA and torch is importable, into
     host memory when the mount's backend is "host" or device is "cpu". The
@@ -1090,4 +1202,4 @@ def load_state_dict(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
     mount of several devices (-o device=cuda:0,cuda:1,...) the ring is the
     one of `device` ("cuda:R"), else the rank's (host:R stand-ins).
     """
-    return load(mountpoint, device, mode, workers, timeout_ns, progress, shard)[0]
+    return load(mountpoint, device, mode, workers, timeout_ns, progress, shard, cpu)[0]

@@ -20,8 +20,10 @@
 # Then, per --loader configuration, tests/bench/oneshot.py in a process that
 # already has CUDA, each on a fresh mount: load_state_dict(device="cuda:0"),
 # iter_weights(device="cuda:0"), and the cpu-placed tensors by STAGE_READ
-# against a parallel pread() of the same bytes ($ONESHOT picks among
-# load,iter,cpu).
+# and mapped (the loader's cpu="read" and "map") against a parallel pread()
+# of the same bytes ($ONESHOT picks among load,iter,cpu). A loader row's
+# ENV reaches the loader too: PLACEFS_CPU=read makes its cpu-placed tensors
+# new memory filled by the daemon instead of mappings of the source shards.
 # The pinned host-to-device ceiling (tests/bench/gpu-ref.py) is measured in
 # the same run, before the rows (every GB/s is printed with its ratio to it)
 # and again after them (a drifting machine shows).

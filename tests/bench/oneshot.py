@@ -8,13 +8,18 @@ process which already has CUDA, times from the return of the mount command
 to the last tensor in place, and unmounts:
 
   load   placefs.load(mnt, device, mode="copy"): every gpu-placed tensor on the
-         device, every cpu-placed one in host memory (the report's split too)
+         device, every cpu-placed one in host memory (the report's split too);
+         once per value of $ONESHOT_CPU (a comma-separated list of the
+         loader's cpu= modes; unset: the loader's default, $PLACEFS_CPU or
+         "auto", mapped from the source shards where it may; "read": by the
+         daemon into new memory)
   iter   placefs.iter_weights(mnt, device, mode="copy"), each tensor touched
          (torch.cuda.synchronize at the end)
-  cpu    the cpu-placed tensors alone: STAGE_READ by the daemon (as load() does)
-         against the reference, a parallel pread() of the same byte ranges
-         straight from the shard files (8 threads, 8 MiB pieces) into one
-         buffer; both fresh (the reference runs before the mount)
+  cpu    the cpu-placed tensors alone: STAGE_READ by the daemon (load(cpu="read"))
+         and the populated private mappings of load(cpu="map"), each on a
+         fresh mount, against the reference, a parallel pread() of the same
+         byte ranges straight from the shard files (8 threads, 8 MiB pieces)
+         into one fresh buffer (it runs before the mounts)
 
 One line per measurement: "NAME: ... GB/s". $ONESHOT_WORKERS (default 4) is
 the loaders' `workers`.
@@ -132,18 +137,23 @@ def main():
     torch.cuda.synchronize()
     for w in what:
         if w == "load":
-            t1, mt = mount(placefs_bin, opts, src, mnt)
-            sd, rep = placefs.load(mnt, device=device, mode="copy", workers=workers)
-            torch.cuda.synchronize()
-            t3 = time.perf_counter()
-            gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
-            cb = sum(t.numel() * t.element_size() for t in sd.values() if not t.is_cuda)
-            del sd
-            umount(mnt)
-            print("load: load_state_dict copy, fresh mount: %d gpu + %d cpu bytes in %.3f s "
-                  "after the mount returned (mount %.3f s; gpu part %.3f s, cpu part %.3f s "
-                  "beside it): %.2f GB/s" % (gb, cb, t3 - t1, mt, rep.seconds["gpu"],
-                                             rep.seconds["cpu"], (gb + cb) / (t3 - t1) / 1e9))
+            for cpu_mode in (os.environ.get("ONESHOT_CPU") or "-").split(","):
+                cpu_mode = None if cpu_mode == "-" else cpu_mode
+                t1, mt = mount(placefs_bin, opts, src, mnt)
+                sd, rep = placefs.load(mnt, device=device, mode="copy", workers=workers,
+                                       cpu=cpu_mode)
+                torch.cuda.synchronize()
+                t3 = time.perf_counter()
+                gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
+                cb = sum(t.numel() * t.element_size() for t in sd.values() if not t.is_cuda)
+                del sd
+                umount(mnt)
+                print("load: load_state_dict copy, cpu=%s, fresh mount: %d gpu + %d cpu bytes in "
+                      "%.3f s after the mount returned (mount %.3f s; gpu part %.3f s, cpu part "
+                      "%.3f s beside it, %s): %.2f GB/s" % (
+                          cpu_mode or "default", gb, cb, t3 - t1, mt, rep.seconds["gpu"],
+                          rep.seconds["cpu"],
+                          rep.cpu_path or "no cpu part", (gb + cb) / (t3 - t1) / 1e9))
         elif w == "iter":
             t1, mt = mount(placefs_bin, opts, src, mnt)
             n = nb = 0
@@ -196,22 +206,27 @@ def main():
                           "%.2f GB/s" % ("huge" if huge else "4 KiB", total / dtd / 1e9))
                 print("cpu-variant: parallel pread of the shards into huge pages: %.2f GB/s; "
                       "into 4 KiB pages %.2f GB/s" % (total / dth / 1e9, ref))
-            t1, mt = mount(placefs_bin, opts, src, mnt)
-            ld = placefs.loader._Loader(mnt, "cpu", "copy", 4, 0)
-            from concurrent.futures import ThreadPoolExecutor
-            ts = [ld.mount.tensor(t.name) for t in cpu]
-            t2 = time.perf_counter()
-            with ThreadPoolExecutor(max_workers=4) as pool:
-                ld._load_cpu(ts, pool)
-            dt2 = time.perf_counter() - t2
-            ld.mount.close()
-            ld.raw.clear()
-            ld.out.clear()
-            umount(mnt)
-            got = total / dt2 / 1e9
+            got = {}
+            for cpu_mode in ("read", "map"):
+                t1, mt = mount(placefs_bin, opts, src, mnt)
+                ld = placefs.loader._Loader(mnt, "cpu", "copy", 4, 0, cpu=cpu_mode)
+                from concurrent.futures import ThreadPoolExecutor
+                ts = [ld.mount.tensor(t.name) for t in cpu]
+                t2 = time.perf_counter()
+                with ThreadPoolExecutor(max_workers=4) as pool:
+                    ld._load_cpu(ts, pool)
+                dt2 = time.perf_counter() - t2
+                ld.mount.close()
+                ld.raw.clear()
+                ld.out.clear()
+                umount(mnt)
+                got[cpu_mode] = (total / dt2 / 1e9, ld.cpu_path)
             print("cpu: %d cpu-placed tensors, %d bytes: STAGE_READ into shm (fresh mount) "
                   "%.2f GB/s; parallel pread reference (8 threads, 8 MiB) %.2f GB/s; "
-                  "%.2f x the reference" % (len(cpu), total, got, ref, got / ref))
+                  "%.2f x the reference" % (len(cpu), total, got["read"][0], ref,
+                                            got["read"][0] / ref))
+            print("cpu-map: the same, cpu=\"map\" (%s, fresh mount): %.2f GB/s, %.2f x the "
+                  "reference" % (got["map"][1], got["map"][0], got["map"][0] / ref))
         elif w == "verify":
             # Not timed: every tensor of load() and of iter_weights (copy and borrow)
             # equals what safetensors reads from the shards.

@@ -26,6 +26,7 @@ import json
 import mmap
 import os
 import re
+import stat
 import struct
 import sys
 import tempfile
@@ -454,8 +455,9 @@ def torch_isolated():
     """torch internals and the CUDA runtime live in placefs/_torch.py alone (issue #15):
     no other module of the installed package imports torch, reaches a private torch
     attribute or names libcudart, and none but _ioctl.py (libc's ioctl, which releases the
-    GIL for a batch request) imports ctypes; _torch.py's docstring names the versions it
-    was checked on."""
+    GIL for a batch request) and _mapsrc.py (libc's madvise, which populates mappings
+    on several threads at once) imports ctypes; _torch.py's docstring names the versions
+    it was checked on."""
     import ast
     pkg = os.path.dirname(os.path.abspath(placefs.__file__))
     private = {"_share_cuda_", "_new_shared_cuda", "untyped_storage", "_C", "_utils"}
@@ -470,7 +472,7 @@ def torch_isolated():
                 if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
         for node in ast.walk(tree):
             where = "%s:%d" % (f, getattr(node, "lineno", 0))
-            banned = ("torch",) if f == "_ioctl.py" else ("ctypes", "torch")
+            banned = ("torch",) if f in ("_ioctl.py", "_mapsrc.py") else ("ctypes", "torch")
             if isinstance(node, ast.Import):
                 for a in node.names:
                     check(a.name.split(".")[0] not in banned,
@@ -905,6 +907,106 @@ def mixed(mnt, source, limit):
     done("mixed")
 
 
+def cpumap(mnt, source, limit, loose):
+    """cpu="auto" / "map" / "read" with torch: the mapped results are the source's bytes,
+    private (a write stays in this process), and a shard that is not the file the daemon
+    validated, or that others may write ("auto"), is read by the daemon instead."""
+    import torch
+    limit = int(limit)
+    ref = reference(source)
+    m = placefs.Mount(mnt)
+    shards = json.load(open(os.path.join(mnt, ".placefs", "shards.json")))
+    files = sorted({t.source for t in m.tensors})
+    check(sorted(shards) == files, "shards.json lists %r, the plan's shards are %r"
+          % (sorted(shards), files))
+    for f, e in shards.items():
+        st = os.stat(e["path"])
+        check((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) ==
+              (e["dev"], e["ino"], e["size"], e["mtime_ns"], e["ctime_ns"]) and
+              os.path.samefile(e["path"], os.path.join(source, f)),
+              "shards.json %s: %r is not the shard as it is" % (f, e))
+    # Mapped: cpu-placed, not empty, at an offset that is a multiple of the
+    # element size (safetensors does not align; the others are read).
+    ncpu = sum(1 for t in m.tensors if t.placement == "cpu")
+    cpu = [t for t in m.tensors if t.placement == "cpu" and t.nbytes and
+           t.offset % placefs.mount._DTYPE_BYTES.get(t.dtype, 1) == 0]
+    odd = sum(1 for t in m.tensors if t.placement == "cpu" and t.nbytes) - len(cpu)
+    loose_n = sum(1 for t in cpu if t.source == loose)
+    check(cpu and 0 < loose_n < len(cpu) and odd > 0, "cpumap: needs aligned cpu-placed "
+          "tensors in %s and in other shards, and a misaligned one" % loose)
+
+    # "map": every aligned cpu-placed tensor mapped, whoever may write the shard.
+    sd, rep = placefs.load(mnt, device="cpu", cpu="map")
+    check(rep.cpu_path == "%d mapped from the source shards, %d read by the daemon (%d at "
+          "offsets that are not a multiple of their element size)" % (len(cpu), ncpu - len(cpu),
+                                                                      odd),
+          "cpu=map: %r" % rep.cpu_path)
+    check_state_dict(sd, mnt, ref, limit, "cpu=map")
+    with open("/proc/self/maps") as f:
+        mapped = {ln.split(None, 5)[5].strip() for ln in f if len(ln.split(None, 5)) == 6}
+    for f in {t.source for t in cpu}:
+        check(shards[f]["path"] in mapped, "cpu=map: %s is not mapped in this process"
+              % shards[f]["path"])
+    # Private: a write to a result stays in this process.
+    t = max(cpu, key=lambda x: x.nbytes)
+    v = sd[t.name].reshape(-1).view(torch.uint8)
+    v[0] ^= 0xFF
+    v[-1] ^= 0x0F
+    with open(os.path.join(source, t.source), "rb") as f:
+        f.seek(t.offset)
+        check(f.read(t.nbytes) == ref[t.name][2], "cpu=map: a write to the result of %r "
+              "reached the shard" % t.name)
+    check(plain_read(t.path) == ref[t.name][2], "cpu=map: a write to %r shows on the mount"
+          % t.name)
+    sd2 = placefs.load_state_dict(mnt, device="cpu", cpu="map")
+    check(same_bytes(sd2[t.name], ref[t.name][2]), "cpu=map: a later load saw the write")
+    del sd, sd2, v
+
+    # "auto": the shard others may write is read by the daemon, the rest mapped.
+    sd, rep = placefs.load(mnt, device="cpu")
+    want = "%d mapped from the source shards, %d read by the daemon (" % (
+        len(cpu) - loose_n, ncpu - len(cpu) + loose_n)
+    check(rep.cpu_path.startswith(want) and loose in rep.cpu_path and
+          "writable by its group or others (mode 664)" in rep.cpu_path,
+          "cpu=auto: %r, expected %r... naming %s" % (rep.cpu_path, want, loose))
+    check_state_dict(sd, mnt, ref, limit, "cpu=auto")
+    del sd
+
+    # "read", by argument and by PLACEFS_CPU; bad values.
+    for kw, env in (({"cpu": "read"}, None), ({}, "read")):
+        if env:
+            os.environ["PLACEFS_CPU"] = env
+        try:
+            sd, rep = placefs.load(mnt, device="cpu", **kw)
+        finally:
+            os.environ.pop("PLACEFS_CPU", None)
+        check(rep.cpu_path == 'read by the daemon into shared memory (cpu="read")',
+              "cpu=read (%r, PLACEFS_CPU=%r): %r" % (kw, env, rep.cpu_path))
+        check_state_dict(sd, mnt, ref, limit, "cpu=read")
+        del sd
+    expect_raises(lambda: placefs.load(mnt, device="cpu", cpu="mmap"), ValueError,
+                  "^cpu must be 'auto', 'map' or 'read', got 'mmap'$", "cpu='mmap'")
+    os.environ["PLACEFS_CPU"] = "yes"
+    expect_raises(lambda: placefs.load(mnt, device="cpu"), ValueError,
+                  "^PLACEFS_CPU must be auto, map or read, got 'yes'$", "PLACEFS_CPU=yes")
+    os.environ.pop("PLACEFS_CPU")
+
+    # A shard changed since the mount (here its ctime, by a chmod; the daemon
+    # checks the header again and serves it): not mapped, by any mode.
+    other = next(f for f in files if f != loose and any(x.source == f for x in cpu))
+    p = shards[other]["path"]
+    os.chmod(p, stat.S_IMODE(os.stat(p).st_mode))
+    expect_raises(lambda: placefs.load(mnt, device="cpu", cpu="map"), RuntimeError,
+                  "cpu=\"map\": %s is not the file the daemon validated at mount \\(ctime_ns "
+                  "differs\\)" % re.escape(p), "cpu=map of a changed shard")
+    sd, rep = placefs.load(mnt, device="cpu")
+    check("%s is not the file the daemon validated at mount (ctime_ns differs)" % p
+          in rep.cpu_path, "cpu=auto, a changed shard: %r" % rep.cpu_path)
+    check_state_dict(sd, mnt, ref, limit, "cpu=auto, a changed shard")
+    check_no_leases(mnt, "cpumap")
+    done("cpumap")
+
+
 def early_declines(mnt):
     """The early path (plan ranges before the plan) is for a CUDA ring of the
     device asked for; on any other mount it steps aside before it touches
@@ -953,4 +1055,4 @@ def cpuonly(mnt, source):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"abi": abi, "offline": offline, "seed": seed, "wrap": wrap, "wrapfull": wrapfull,
-     "mixed": mixed, "none": none, "cpuonly": cpuonly}[cmd](*args)
+     "mixed": mixed, "none": none, "cpuonly": cpuonly, "cpumap": cpumap}[cmd](*args)
