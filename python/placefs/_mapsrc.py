@@ -25,6 +25,9 @@ import mmap
 import os
 import stat
 import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from .mount import _DTYPE_BYTES
 
 MADV_POPULATE_READ = 22  # Linux 5.14
 _PIECE = 8 << 20  # one populate call; a thread takes the next piece after it
@@ -153,3 +156,95 @@ def address(m):
     """The mapping's address (a ctypes view that the caller drops before closing)."""
     ref = ctypes.c_char.from_buffer(m.mm)
     return ctypes.addressof(ref), ref
+
+
+class Result:
+    """What map_tensors() did: mapped [(tensors, offsets, flat uint8 torch tensor)],
+    left (the tensors to read instead, in the order given) and path (for reports)."""
+
+    def __init__(self, mapped, left, path):
+        self.mapped, self.left, self.path = mapped, left, path
+
+
+def map_tensors(mountpoint, tensors, mode, torch, pool=None, tick=None):
+    """Maps what it may of `tensors` (cpu-placed TensorInfo) from their source
+    shards, as cpu= `mode` ("auto" or "map") allows, and populates the mappings
+    on `pool`'s threads (a pool of 4 of its own when None; never a pool whose
+    worker calls this). tick(nbytes) is called as pieces land. Without torch,
+    nothing is mapped. mode "map": RuntimeError naming each shard that cannot be."""
+    why, maps, left, odd = [], [], [t for t in tensors if not t.nbytes], 0
+    if torch is None:
+        why.append("without torch the results are copies")
+    else:
+        try:
+            shards = read_shards(mountpoint)
+        except Refused as e:
+            why.append(str(e))
+    if why:
+        left = list(tensors)
+    else:
+        by_file = {}
+        for t in tensors:
+            if not t.nbytes:
+                continue
+            if t.offset % _DTYPE_BYTES.get(t.dtype, 1):
+                # A view must start at a multiple of its element size;
+                # safetensors does not align tensors in the file.
+                odd += 1
+                left.append(t)
+                continue
+            by_file.setdefault(t.source, []).append(t)
+        for file, ts in by_file.items():
+            try:
+                maps.append((open_shard(shards, file, ts, mode == "auto"), ts))
+            except Refused as e:
+                why.append(str(e))
+                left.extend(ts)
+    mapped = []
+    if maps:
+        addrs, refs, bad = {}, [], {}
+        for mp, _ in maps:
+            a, r = address(mp)
+            addrs[id(mp)] = a
+            refs.append(r)
+        del r
+
+        def one(piece):
+            try:
+                populate(piece, addrs)
+            except Refused as e:
+                return piece[0], str(e)
+            if tick is not None:
+                tick(piece[2])
+            return None
+
+        pieces = [p for mp, ts in maps for p in populate_pieces(mp, ts)]
+        try:
+            if pool is None:
+                with ThreadPoolExecutor(max_workers=4) as own:
+                    results = list(own.map(one, pieces))
+            else:
+                results = list(pool.map(one, pieces))
+        finally:
+            del refs  # the mappings may be closed from here on
+        for r in results:
+            if r is not None:
+                bad.setdefault(id(r[0]), r[1])
+        for mp, ts in maps:
+            if id(mp) in bad:
+                why.append(bad[id(mp)])
+                left.extend(ts)
+                mp.mm.close()
+                continue
+            mapped.append((ts, [t.offset - mp.start for t in ts],
+                           torch.frombuffer(mp.mm, dtype=torch.uint8)))
+    if why and mode == "map":
+        raise RuntimeError("%s: cpu=\"map\": %s" % (mountpoint, "; ".join(why)))
+    if odd:
+        why.append("%d at offsets that are not a multiple of their element size" % odd)
+    nmap = len(tensors) - len(left)
+    path = "mapped from the source shards (private, populated)" if not left else (
+        "read by the daemon into shared memory (%s)" % "; ".join(why) if not nmap else
+        "%d mapped from the source shards, %d read by the daemon (%s)" % (
+            nmap, len(left), "; ".join(why)))
+    return Result(mapped, left, path)

@@ -49,6 +49,10 @@ def main(argv=None):
     ap.add_argument("--mode", choices=("copy", "borrow"), default=None,
                     help="copy or borrow (default: INSTANTTENSOR_COPY, else copy)")
     ap.add_argument("--workers", type=int, default=4, help="tensors in flight (default 4)")
+    ap.add_argument("--cpu", choices=("auto", "map", "read"), default=None,
+                    help="cpu-placed tensors mapped from the source shards (map; auto: where "
+                         "nobody else may write the shard) or read by the daemon into new "
+                         "memory (read); default: PLACEFS_CPU, else auto")
     ap.add_argument("--verify", action="store_true",
                     help="compare every tensor with a plain read() of its file")
     ap.add_argument("--no-progress", action="store_true",
@@ -57,7 +61,7 @@ def main(argv=None):
     try:
         # The loader's own bar (bytes as they land), labelled with the program's name.
         ld = _Loader(a.mountpoint, a.device, a.mode, a.workers, 0,
-                     progress=False if a.no_progress else PROG)
+                     progress=False if a.no_progress else PROG, cpu=a.cpu)
         try:
             sd = ld.run()
         finally:

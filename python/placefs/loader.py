@@ -32,7 +32,7 @@ from . import _mapsrc, _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, PACK_ALIGN,
                      _IOC_ERRORS, Destination, ring_info, stage, stage_batch)
 from ._util import warn_once
-from .mount import _DTYPE_BYTES, Mount, _read_file, shard_slice, slice_nbytes, slice_shape
+from .mount import Mount, _read_file, shard_slice, slice_nbytes, slice_shape
 
 # Tensor parallelism (shard=(rank, world, dims)): which dimension each weight
 # of a Llama-style checkpoint (Llama, Mistral, Qwen2) is split along. Column-
@@ -701,76 +701,14 @@ class _Loader:
         return t, buf
 
     def _map_cpu(self, tensors, pool):
-        """Maps what it may of tensors from their source shards (module _mapsrc);
-        returns the rest, for STAGE_READ, after saying why in self.cpu_path
-        (cpu="map": an error instead)."""
-        why, maps, left, odd = [], [], [t for t in tensors if not t.nbytes], 0
-        if self.torch is None:
-            why.append("without torch the results are copies")
-        else:
-            try:
-                shards = _mapsrc.read_shards(self.mount.mountpoint)
-            except _mapsrc.Refused as e:
-                why.append(str(e))
-        if why:
-            left = tensors
-        else:
-            by_file = {}
-            for t in tensors:
-                if not t.nbytes:
-                    continue
-                if t.offset % _DTYPE_BYTES.get(t.dtype, 1):
-                    # A view must start at a multiple of its element size;
-                    # safetensors does not align tensors in the file.
-                    odd += 1
-                    left.append(t)
-                    continue
-                by_file.setdefault(t.source, []).append(t)
-            for file, ts in by_file.items():
-                try:
-                    maps.append((_mapsrc.open_shard(shards, file, ts, self.cpu == "auto"), ts))
-                except _mapsrc.Refused as e:
-                    why.append(str(e))
-                    left.extend(ts)
-        if maps:
-            addrs, refs, bad = {}, [], {}
-            for mp, _ in maps:
-                addrs[id(mp)], ref = _mapsrc.address(mp)
-                refs.append(ref)
-
-            def one(piece):
-                try:
-                    _mapsrc.populate(piece, addrs)
-                except _mapsrc.Refused as e:
-                    return piece[0], str(e)
-                self._tick(piece[2])
-                return None
-
-            try:
-                for r in pool.map(one, [p for mp, ts in maps
-                                        for p in _mapsrc.populate_pieces(mp, ts)]):
-                    if r is not None:
-                        bad.setdefault(id(r[0]), r[1])
-            finally:
-                del refs
-            for mp, ts in maps:
-                if id(mp) in bad:
-                    why.append(bad[id(mp)])
-                    left.extend(ts)
-                    mp.mm.close()
-                    continue
-                flat = self.torch.frombuffer(mp.mm, dtype=self.torch.uint8)
-                self._finish_bulk(ts, [t.offset - mp.start for t in ts], flat)
-        if why and self.cpu == "map":
-            raise RuntimeError("%s: cpu=\"map\": %s" % (self.mount.mountpoint, "; ".join(why)))
-        if odd:
-            why.append("%d at offsets that are not a multiple of their element size" % odd)
-        nmap = len(tensors) - len(left)
-        self.cpu_path = "mapped from the source shards (private, populated)" if not left else (
-            "read by the daemon into shared memory (%s)" % "; ".join(why) if not nmap else
-            "%d mapped from the source shards, %d read by the daemon (%s)" % (
-                nmap, len(left), "; ".join(why)))
-        return left
+        """Maps what it may of tensors from their source shards (_mapsrc.map_tensors);
+        returns the rest, for STAGE_READ (cpu="map": an error instead)."""
+        res = _mapsrc.map_tensors(self.mount.mountpoint, tensors, self.cpu, self.torch, pool,
+                                  self._tick)
+        for ts, offs, flat in res.mapped:
+            self._finish_bulk(ts, offs, flat)
+        self.cpu_path = res.path
+        return res.left
 
     def _load_cpu(self, tensors, pool):
         """Maps them (cpu "auto" or "map"), else the daemon reads them into one shm

@@ -22,6 +22,10 @@ daemon's ring, valid until the consumer asks for the next item, as vLLM's
 ring views are; the lease ends then. One lease is taken ahead of the
 consumer, in checkpoint order. cpu-placed tensors are read (owned), as in
 copy mode.
+
+cpu-placed tensors, in both modes, are mapped from their source shards or
+read by the daemon as load_state_dict's cpu= says (batches of them are
+mapped and populated on a pool of their own, beside the staging).
 """
 
 import errno as _errno
@@ -31,11 +35,11 @@ import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from . import _torch
+from . import _mapsrc, _torch
 from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
-from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _cut_raw, _parse_device,
-                     _layout, _read_into, _shard_plan, _ShardView, _ShmDest,
-                     copy_mode_from_env)
+from .loader import (CPU_MODES, PlacedTensor, _align, _batch_chunk, _chunks, _cut_raw,
+                     _parse_device, _layout, _read_into, _shard_plan, _ShardView, _ShmDest,
+                     copy_mode_from_env, cpu_mode_from_env)
 from .mount import Mount
 
 DEFAULT_WINDOW = 2 << 30
@@ -45,13 +49,17 @@ class _Batch:
     """Consecutive tensors that go to one destination; their futures."""
 
     def __init__(self, kind, tensors):
-        self.kind = kind  # "cuda" (staged into a CUDA buffer), "shm-stage", "shm-read"
+        # "cuda" (staged into a CUDA buffer), "shm-stage", "shm-read", "map" (cpu-placed,
+        # mapped from the source shards; those that cannot be are read into a shm buffer)
+        self.kind = kind
         self.tensors = tensors
         self.offs, self.nbytes = _layout(tensors, 256)
         self.futures = []
         self.buf = None     # torch CUDA tensor or _ShmDest
         self.export = None  # the IPC export context of a CUDA buffer
         self.flat = None    # what views are cut from
+        self.mapped = {}    # "map": name -> (flat uint8 view of a shard's mapping, offset)
+        self.read_offs = {}  # "map": name -> offset in buf, for those read instead
 
     def wait(self):
         """Waits for every stage of the batch; raises the first error after all ended."""
@@ -71,7 +79,10 @@ class _Batch:
 
 class _Stream:
     def __init__(self, mountpoint, device, mode, workers, timeout_ns, window_bytes, progress,
-                 shard=None):
+                 shard=None, cpu=None):
+        self.cpu = cpu_mode_from_env() if cpu is None else cpu
+        if self.cpu not in CPU_MODES:
+            raise ValueError("cpu must be 'auto', 'map' or 'read', got %r" % (self.cpu,))
         self.own_mount = not isinstance(mountpoint, Mount)
         self.mount = Mount(mountpoint) if self.own_mount else mountpoint
         self.shard = _shard_plan(self.mount.tensors, shard)
@@ -123,6 +134,7 @@ class _Stream:
         # after the read on a mount without staging).
         self.to_cuda = self.dev_kind == "cuda"
         self.cuda_ring = ri is not None and ri.backend == BACKEND_CUDA
+        self.map_cpu = self.cpu != "read" and self.torch is not None
 
     # ---- results -------------------------------------------------------------------------
 
@@ -153,7 +165,7 @@ class _Stream:
     def _kind(self, t):
         if t.placement == "gpu" and self.staged:
             return "cuda" if self.to_cuda and self.cuda_ring else "shm-stage"
-        return "shm-read"
+        return "map" if self.map_cpu and t.placement == "cpu" else "shm-read"
 
     def _batches(self):
         # Several batches fit the window, so that gpu-placed batches are staged
@@ -183,8 +195,26 @@ class _Stream:
                           "%d" % (t.name, r.nbytes, t.nbytes))
         self._tick(t.nbytes)
 
+    def _map_batch(self, b):
+        """A "map" batch, on a worker: maps what it may (populated on a pool of its
+        own), then reads the rest into a shm buffer of their own layout."""
+        res = _mapsrc.map_tensors(self.mount.mountpoint, b.tensors, self.cpu, self.torch,
+                                  None, self._tick)
+        for ts, offs, flat in res.mapped:
+            b.mapped.update(zip([t.name for t in ts], zip([flat] * len(ts), offs)))
+        if res.left:
+            offs, size = _layout(res.left, 256)
+            b.buf = _ShmDest(size)
+            for t, o in zip(res.left, offs):
+                if t.nbytes:
+                    self._read_one(t, b.buf.dest(o), "read")
+            b.read_offs = dict(zip([t.name for t in res.left], offs))
+
     def _start(self, b, pool):
         """Allocates b's destination and submits its stages."""
+        if b.kind == "map":
+            b.futures.append(pool.submit(self._map_batch, b))
+            return
         if b.kind == "cuda":
             torch = self.torch
             dev = torch.device("cuda", self.dev_index)
@@ -232,6 +262,16 @@ class _Stream:
                 out.append((t.name, self._result(t, b.buf[o:o + t.nbytes], dev)))
             return out
         shm = b.buf
+        if b.kind == "map":
+            flat = None
+            if shm is not None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
+            for t in b.tensors:
+                raw, o = b.mapped.get(t.name) or (flat, b.read_offs[t.name])
+                out.append((t.name, self._result(t, raw[o:o + t.nbytes], "cpu")))
+            return out
         if self.torch is not None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -357,7 +397,7 @@ class _Stream:
                                     if len(v) else self.torch.empty(0, dtype=self.torch.uint8)
                         yield t.name, _torch.typed(self.torch, t, raw)
                 else:
-                    b = _Batch("shm-read", [t])
+                    b = _Batch(self._kind(t) if t.placement == "cpu" else "shm-read", [t])
                     with ThreadPoolExecutor(max_workers=1) as pool:
                         self._start(b, pool)
                         for item in self._finish(b):
@@ -388,7 +428,7 @@ class _Stream:
 
 
 def iter_weights(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
-                 window_bytes=None, progress=False, shard=None):
+                 window_bytes=None, progress=False, shard=None, cpu=None):
     """Yields (name, tensor) for every tensor of a mount, in checkpoint order.
 
     device: None/"auto" (the mount's own staging device: the GPU of its CUDA
@@ -401,7 +441,9 @@ def iter_weights(mountpoint, device=None, mode=None, workers=4, timeout_ns=0,
     Without torch the values are PlacedTensor objects. shard=(rank, world,
     dims): each rank's part of the tensors dims splits, as load_state_dict's
     shard= (gpu-placed parts staged as slices; on a mount of several devices
-    through the ring of `device`, else the rank's).
+    through the ring of `device`, else the rank's). cpu: where cpu-placed
+    tensors land, as load_state_dict's cpu= ("auto", "map", "read"; None:
+    $PLACEFS_CPU, else "auto").
     """
     return _Stream(mountpoint, device, mode, workers, timeout_ns, window_bytes,
-                   progress, shard).run()
+                   progress, shard, cpu).run()

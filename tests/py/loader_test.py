@@ -962,6 +962,17 @@ def cpumap(mnt, source, limit, loose):
     check(same_bytes(sd2[t.name], ref[t.name][2]), "cpu=map: a later load saw the write")
     del sd, sd2, v
 
+    # iter_weights maps them the same way, in both modes, and "auto" reads the loose shard.
+    for cpu_mode in ("map", "auto", "read"):
+        for mode in ("copy", "borrow"):
+            got = {n: v.clone() for n, v in placefs.iter_weights(
+                mnt, device="cpu", mode=mode, cpu=cpu_mode, window_bytes=1 << 16)}
+            check_state_dict(got, mnt, ref, limit, "iter_weights cpu=%s mode=%s" % (cpu_mode,
+                                                                                   mode))
+    expect_raises(lambda: list(placefs.iter_weights(mnt, device="cpu", cpu="mapped")),
+                  ValueError, "^cpu must be 'auto', 'map' or 'read', got 'mapped'$",
+                  "iter_weights cpu='mapped'")
+
     # "auto": the shard others may write is read by the daemon, the rest mapped.
     sd, rep = placefs.load(mnt, device="cpu")
     want = "%d mapped from the source shards, %d read by the daemon (" % (
@@ -1003,6 +1014,9 @@ def cpumap(mnt, source, limit, loose):
     check("%s is not the file the daemon validated at mount (ctime_ns differs)" % p
           in rep.cpu_path, "cpu=auto, a changed shard: %r" % rep.cpu_path)
     check_state_dict(sd, mnt, ref, limit, "cpu=auto, a changed shard")
+    expect_raises(lambda: list(placefs.iter_weights(mnt, device="cpu", cpu="map")),
+                  RuntimeError, "is not the file the daemon validated at mount",
+                  "iter_weights cpu=map of a changed shard")
     check_no_leases(mnt, "cpumap")
     done("cpumap")
 
