@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .mount import _DTYPE_BYTES
 
+MADV_WILLNEED = 3
 MADV_POPULATE_READ = 22  # Linux 5.14
 _PIECE = 8 << 20  # one populate call; a thread takes the next piece after it
 _IDENT = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
@@ -41,15 +42,17 @@ class Refused(Exception):
     """A shard that is not mapped, and why (for the load's report or error)."""
 
 
-def _madvise():
+def _lib():
     global _libc
     with _libc_lock:
         if _libc is None:
             lib = ctypes.CDLL(None, use_errno=True)
             lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
             lib.madvise.restype = ctypes.c_int
+            lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+            lib.mincore.restype = ctypes.c_int
             _libc = lib
-    return _libc.madvise
+    return _libc
 
 
 def read_shards(mountpoint):
@@ -136,11 +139,21 @@ def populate_pieces(m, tensors):
 
 
 def populate(piece, addrs):
-    """Faults one piece in, readable (MADV_POPULATE_READ; the GIL is let go).
+    """Faults one piece in, readable (MADV_WILLNEED, then MADV_POPULATE_READ; the
+    GIL is let go).
     Refused when the file no longer has those pages (EFAULT: it was
     shortened) or the kernel cannot populate (EINVAL: before Linux 5.14)."""
     m, off, n = piece
-    if _madvise()(addrs[id(m)] + off, n, MADV_POPULATE_READ) == 0:
+    lib = _lib()
+    addr = addrs[id(m)] + off
+    # A piece whose first page is not in the page cache (a source on disk) is
+    # asked for whole at once, not fault by fault (read-around of
+    # read_ahead_kb). Not otherwise: on tmpfs MADV_WILLNEED costs 4 x the
+    # populate itself (measured: 2.1 GB in 0.20 s instead of 0.05 s).
+    vec = ctypes.create_string_buffer(1)
+    if lib.mincore(addr, 1, vec) == 0 and not vec.raw[0] & 1:
+        lib.madvise(addr, n, MADV_WILLNEED)
+    if lib.madvise(addr, n, MADV_POPULATE_READ) == 0:
         return
     e = ctypes.get_errno()
     if e == _errno.EFAULT:
