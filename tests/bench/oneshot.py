@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """One-shot loads on fresh mounts (issue #13), for tests/bench/first-pass.sh.
 
-    python3 oneshot.py PLACEFS OPTS SOURCE MNT [--what load,iter,cpu] [--device cuda:0]
+    python3 oneshot.py PLACEFS OPTS SOURCE MNT [--what load,iter,cpu] [--device cuda:0|cpu]
 
 Each measurement mounts SOURCE on MNT afresh (placefs -o OPTS), in this
 process which already has CUDA, times from the return of the mount command
@@ -134,7 +134,13 @@ def main():
     import torch
     import placefs
     torch.empty(1, device=device)
-    torch.cuda.synchronize()
+
+    def sync():
+        # --device cpu (a host mount, no GPU): nothing to wait for.
+        if device != "cpu":
+            torch.cuda.synchronize()
+
+    sync()
     for w in what:
         if w == "load":
             for cpu_mode in (os.environ.get("ONESHOT_CPU") or "-").split(","):
@@ -142,7 +148,7 @@ def main():
                 t1, mt = mount(placefs_bin, opts, src, mnt)
                 sd, rep = placefs.load(mnt, device=device, mode="copy", workers=workers,
                                        cpu=cpu_mode)
-                torch.cuda.synchronize()
+                sync()
                 t3 = time.perf_counter()
                 gb = sum(t.numel() * t.element_size() for t in sd.values() if t.is_cuda)
                 cb = sum(t.numel() * t.element_size() for t in sd.values() if not t.is_cuda)
@@ -163,7 +169,7 @@ def main():
                 n += 1
                 nb += t.numel() * t.element_size()
                 keep.append(t)
-            torch.cuda.synchronize()
+            sync()
             t3 = time.perf_counter()
             del keep
             umount(mnt)
