@@ -1921,6 +1921,7 @@ static const struct placefs_stat staging_rows[] = {
         STAGER("prefetch.issued", prefetch_issued),
         STAGER("prefetch.hits", prefetch_hits),
         STAGER("prefetch.evicted", prefetch_evicted),
+        STAGER("prefetch.cancelled", prefetch_cancelled),
         STAGER("prefetch.held", prefetch_held),
         OWN("stage_threads", threads),
         VIEW("stage_threads_now", waiting),

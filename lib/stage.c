@@ -141,6 +141,7 @@ struct counters {
 	uint64_t prefetch_issued;
 	uint64_t prefetch_hits;
 	uint64_t prefetch_evicted;
+	uint64_t prefetch_cancelled;
 	uint64_t prefetch_held;
 	uint64_t slices;
 	uint64_t slice_bytes;
@@ -687,7 +688,7 @@ static void pf_evict(struct placefs_stager *st, struct pf_entry *e)
 {
 	pf_unlink(st, e);
 	placefs_ring_release(st->ring, e->span_id);
-	if (e->job.rc == 0)
+	if (e->job.rc == 0 || e->job.rc == -ECANCELED)
 		CNT_ADD(st, prefetch_evicted, 1);
 	free(e);
 }
@@ -697,7 +698,14 @@ static void pf_evict(struct placefs_stager *st, struct pf_entry *e)
  * prefetched span is given back, finished ones at once (the ring reclaims
  * them when they are at either end of its allocation order, as a prefetch
  * made after the foreground spans is), those in flight as soon as their job
- * ends. Returns how many were given back at once. Lock held.
+ * ends. A job in flight with more than the bounce buffer's worth of pieces
+ * still to hand out is cut short: the rest is cancelled (-ECANCELED; its
+ * pieces are skipped, those handed out end first), so a foreground request
+ * never waits for the whole of a large speculative read (a 1 GiB embedding
+ * through a host ring of the development VM: 2.2 s). A smaller one runs to
+ * its end, as the loader may still adopt it (the next tensor it asks for).
+ * An adopter that finds a job cancelled stages the tensor afresh
+ * (pf_adopt). Returns how many were given back at once. Lock held.
  */
 static unsigned pf_yield(struct placefs_stager *st)
 {
@@ -711,8 +719,15 @@ static unsigned pf_yield(struct placefs_stager *st)
 		if (e->state == PF_DONE) {
 			pf_evict(st, e);
 			n++;
-		} else {
-			e->evict = true;
+			continue;
+		}
+		e->evict = true;
+		if (e->job.next < e->job.npieces &&
+		    (e->job.npieces - e->job.next) * e->job.piece_bytes >
+		            st->info.host_buffer_bytes &&
+		    __atomic_load_n(&e->job.rc, __ATOMIC_RELAXED) == 0) {
+			__atomic_store_n(&e->job.rc, -ECANCELED, __ATOMIC_RELEASE);
+			CNT_ADD(st, prefetch_cancelled, 1);
 		}
 	}
 	return n;
@@ -1690,6 +1705,7 @@ void placefs_stager_stats(const struct placefs_stager *st, struct placefs_stager
 	out->prefetch_issued = CNT_GET(st, prefetch_issued);
 	out->prefetch_hits = CNT_GET(st, prefetch_hits);
 	out->prefetch_evicted = CNT_GET(st, prefetch_evicted);
+	out->prefetch_cancelled = CNT_GET(st, prefetch_cancelled);
 	out->prefetch_held = CNT_GET(st, prefetch_held);
 	out->slices = CNT_GET(st, slices);
 	out->slice_bytes = CNT_GET(st, slice_bytes);

@@ -25,7 +25,8 @@
  * about to ask for) space; a later stage of the same key adopts the
  * prefetched span. When a foreground request lacks space (it has to wait, or
  * its deadline has already passed), unadopted prefetched spans are given
- * back at once (those still being read as soon as they finish), and the ring
+ * back at once (those still being read as soon as they finish; one with more
+ * than host_buffer bytes left to read is cut short first), and the ring
  * reclaims a released span at either end of its allocation order at once.
  * So prefetch never blocks a foreground stage, with one exception: a
  * prefetched span allocated between two spans that are still leased stays
@@ -201,7 +202,8 @@ struct placefs_stager_stats {
 	uint64_t prefetch_issued;
 	uint64_t prefetch_hits; /* stages that found their bytes prefetched */
 	uint64_t prefetch_evicted;
-	uint64_t prefetch_held; /* prefetched tensors held now */
+	uint64_t prefetch_cancelled; /* in-flight prefetches cut short for a foreground request */
+	uint64_t prefetch_held;      /* prefetched tensors held now */
 	/* Zero-copy (see above). zero_copy_bytes are not in read_bytes. */
 	uint64_t zero_copy;                  /* 1 when zero-copy staging is on */
 	uint64_t zero_copy_bytes;            /* moved by DMA from registered shards */

@@ -909,6 +909,66 @@ START_TEST(test_prefetch_yields)
 }
 END_TEST
 
+/*
+ * A foreground request that needs the space of a prefetch still being read
+ * cuts it short: the pieces not yet handed to an I/O thread are skipped, so
+ * it never waits for the whole speculative read. Attempts repeat until one
+ * finds the prefetch in flight (a fast machine may finish it first).
+ */
+START_TEST(test_prefetch_cancelled)
+{
+	struct placefs_stager_stats s0, s1;
+	struct placefs_stage_span sp;
+	struct placefs_stager *st;
+	struct placefs_error err;
+	struct timespec dl;
+	struct fixture fx;
+	unsigned attempt;
+	int cut = 0;
+
+	fx_open(&fx, 16 * MiB + 64 * KiB);
+	/* One I/O thread and small chunks: the 16 MiB prefetch is thousands of pieces. */
+	st = mk("host", 16 * MiB, 8 * KiB, 1, 1);
+	for (attempt = 0; attempt < 20 && !cut; attempt++) {
+		struct placefs_prefetch_item it = {
+		        .fd = fx.fd, .offset = 0, .nbytes = 16 * MiB, .key = 500 + attempt};
+		struct placefs_stage_opts o = {.name = "fg", .deadline = &dl};
+
+		placefs_stager_stats(st, &s0);
+		ck_assert_int_eq(placefs_stager_prefetch(st, &it, 1, NULL), 0);
+		wait_stat(st, offsetof(struct placefs_stager_stats, prefetch_issued), attempt + 1);
+		dl = placefs_clock_deadline(30 * PLACEFS_NS_PER_S);
+		placefs_error_clear(&err);
+		ck_assert_msg(placefs_stager_stage(st, fx.fd, 16 * MiB, 4 * KiB, &o, &sp, &err) ==
+		                      0,
+		              "%s", err.msg);
+		check_span(st, &sp, &fx, 16 * MiB);
+		ck_assert_int_eq(placefs_stager_release(st, sp.lease, 0), 0);
+		/* The prefetch is given back once its last piece in flight ends. */
+		for (int i = 0; i < 5000; i++) {
+			placefs_stager_stats(st, &s1);
+			if (s1.prefetch_held == 0)
+				break;
+			usleep(1000);
+		}
+		ck_assert_uint_eq(s1.prefetch_held, 0);
+		ck_assert_uint_eq(s1.prefetch_evicted, s0.prefetch_evicted + 1);
+		if (s1.prefetch_cancelled > s0.prefetch_cancelled) {
+			cut = 1;
+			ck_assert_uint_eq(s1.prefetch_cancelled, s0.prefetch_cancelled + 1);
+			/* The foreground's 4 KiB plus less than the whole prefetch were read. */
+			ck_assert_uint_lt(s1.read_bytes - s0.read_bytes, 16 * MiB + 4 * KiB);
+		} else {
+			ck_assert_uint_eq(s1.read_bytes - s0.read_bytes, 16 * MiB + 4 * KiB);
+		}
+	}
+	ck_assert_msg(cut, "no foreground stage found the prefetch in flight in %u attempts",
+	              attempt);
+	placefs_stager_free(st);
+	fx_close(&fx);
+}
+END_TEST
+
 /* A stage whose deadline has already passed never waits, but still gets prefetched space. */
 START_TEST(test_prefetch_yields_to_try)
 {
@@ -1973,6 +2033,7 @@ static Suite *stage_suite(void)
 	tcase_add_test(tc, test_prefetch_hits);
 	tcase_add_test(tc, test_direct_copy_adopts_prefetch);
 	tcase_add_test(tc, test_prefetch_yields);
+	tcase_add_test(tc, test_prefetch_cancelled);
 	tcase_add_test(tc, test_prefetch_yields_to_try);
 	tcase_add_test(tc, test_prefetch_newest_given_back);
 	tcase_add_test(tc, test_prefetch_same_key_twice);
