@@ -8,13 +8,16 @@
 #   - buffered dd of the shards one after another (bs=16M);
 #   - placefs-stage --all --mode copy, the first pass after the mount;
 #   - the one-shot load of tests/bench/oneshot.py (load_state_dict into
-#     cuda:0 and host memory), per staging limit.
+#     cuda:0 and host memory), per staging limit and per loader cpu= mode of
+#     --cpu (default "auto"; "auto read" measures the mapped cpu part
+#     against the daemon's reads, each from a cold cache).
 # Every placefs figure is printed with its ratio to the O_DIRECT reader and
-# to dd. Needs root (drop_caches), a CUDA build and a GPU with torch for
-# the loader rows.
+# to dd. Needs root (drop_caches); the loader rows need torch, and a CUDA
+# build and a GPU unless BENCH_DEVICE=host (then into host memory, --device
+# cpu: the development machine's stand-in).
 #
 #   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V] [--threads "N ..."]
-#                            [--limits "512MiB none"]
+#                            [--limits "512MiB none"] [--cpu "auto read"]
 #
 # DIR (default /var/tmp) must be on the disk to measure, not tmpfs.
 # Results: stdout and ${OUT:-/tmp}/cold-disk.txt.
@@ -23,13 +26,15 @@ dir=/var/tmp
 llama=8:4096:14336:128256
 threads="1 4 8 16"
 limits="512MiB none"
+cpu_modes=auto
 while [ $# -gt 0 ]; do
 	case $1 in
 	--dir) dir=$2; shift ;;
 	--llama) llama=$2; shift ;;
 	--threads) threads=$2; shift ;;
 	--limits) limits=$2; shift ;;
-	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V] [--threads "N ..."] [--limits LIST]" >&2; exit 2 ;;
+	--cpu) cpu_modes=$2; shift ;;
+	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V] [--threads "N ..."] [--limits LIST] [--cpu MODES]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -95,24 +100,26 @@ for lim in $limits; do
 	fusermount3 -u "$mnt"
 	sg=$(printf '%s\n' "$line" | gbps_of)
 	say "limit $lim: placefs-stage --all copy, first pass, cold: $line"
-	cold
-	lg=-
-	if [ "${BENCH_DEVICE:-cuda:0}" != host ]; then
-		lline=$(PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 \
-			"$top/tests/bench/oneshot.py" "$PLACEFS" "$opts" "$src" "$mnt" --what load)
+	dev=cuda:0
+	[ "${BENCH_DEVICE:-cuda:0}" != host ] || dev=cpu
+	for cm in $cpu_modes; do
+		cold
+		lline=$(ONESHOT_CPU=$cm PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 \
+			"$top/tests/bench/oneshot.py" "$PLACEFS" "$opts" "$src" "$mnt" --what load \
+			--device "$dev")
 		say "limit $lim: $lline"
 		lg=$(printf '%s\n' "$lline" | gbps_of)
-	fi
-	rows="$rows$lim|$sg|$lg
+		rows="$rows$lim cpu=$cm|$sg|$lg
 "
+	done
 done
 
 say ""
 say "cold page cache before every row, fresh mount; ratios to the O_DIRECT reader at its best ($ref_g GB/s) and to buffered dd ($dd_g GB/s)"
-say "$(printf '%-8s | %-28s | %-28s' limit 'placefs-stage --all (GB/s)' 'one-shot load (GB/s)')"
+say "$(printf '%-17s | %-28s | %-28s' 'limit, loader cpu' 'placefs-stage --all (GB/s)' 'one-shot load (GB/s)')"
 printf '%s' "$rows" | while IFS='|' read -r l s g; do
 	[ -n "$l" ] || continue
-	say "$(printf '%-8s | %6s %5s x ref %5s x dd | %6s %5s x ref %5s x dd' "$l" "$s" \
+	say "$(printf '%-17s | %6s %5s x ref %5s x dd | %6s %5s x ref %5s x dd' "$l" "$s" \
 		"$(ratio "$s" "$ref_g")" "$(ratio "$s" "$dd_g")" "$g" "$(ratio "$g" "$ref_g")" \
 		"$(ratio "$g" "$dd_g")")"
 done
