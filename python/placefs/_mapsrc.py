@@ -183,15 +183,16 @@ def map_tensors(mountpoint, tensors, mode, torch, pool=None, tick=None):
     shards, as cpu= `mode` ("auto" or "map") allows, and populates the mappings
     on `pool`'s threads (a pool of 4 of its own when None; never a pool whose
     worker calls this). tick(nbytes) is called as pieces land. Without torch,
-    nothing is mapped. mode "map": RuntimeError naming each shard that cannot be."""
-    why, maps, left, odd = [], [], [t for t in tensors if not t.nbytes], 0
+    nothing is mapped, in any mode (the results are copies). mode "map":
+    RuntimeError naming each shard that cannot be mapped."""
     if torch is None:
-        why.append("without torch the results are copies")
-    else:
-        try:
-            shards = read_shards(mountpoint)
-        except Refused as e:
-            why.append(str(e))
+        return Result([], list(tensors), "read by the daemon into shared memory (without "
+                      "torch the results are copies)")
+    why, maps, left, odd = [], [], [t for t in tensors if not t.nbytes], 0
+    try:
+        shards = read_shards(mountpoint)
+    except Refused as e:
+        why.append(str(e))
     if why:
         left = list(tensors)
     else:

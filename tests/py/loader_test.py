@@ -769,6 +769,14 @@ def seed(mnt, source, limit):
                                                                  "cpu": 9 << 20},
               "report counts %r %r" % (rep.count, rep.bytes))
         check_state_dict(sd, mnt, ref, limit, "seed load mode=%s" % mode)
+    # cpu="map": mapped with torch; without torch read all the same, never an error.
+    sd, rep = placefs.load(mnt, device="cpu", cpu="map")
+    want_path = "mapped from the source shards (private, populated)" \
+        if placefs._torch.get() is not None else \
+        "read by the daemon into shared memory (without torch the results are copies)"
+    check(rep.cpu_path == want_path, "seed cpu=map: %r, expected %r" % (rep.cpu_path,
+                                                                       want_path))
+    check_state_dict(sd, mnt, ref, limit, "seed load cpu=map")
     for env, want in ((None, "copy"), ("1", "copy"), ("0", "borrow")):
         if env is None:
             os.environ.pop("INSTANTTENSOR_COPY", None)
