@@ -427,11 +427,12 @@ def default_device():
         cuda = FakeCuda()
         __version__ = "0.0-fake"
 
-    seen = []
+    seen, cpus = [], []
 
     class Recorder:
         def __init__(self, mountpoint, device, *args, **kw):
             seen.append(device)
+            cpus.append(kw.get("cpu", "absent"))
             raise RuntimeError("recorded")
 
     real_get, real_loader, real_err = _torch.get, cli._Loader, sys.stderr
@@ -439,11 +440,15 @@ def default_device():
         _torch.get = lambda: FakeTorch()
         cli._Loader = Recorder
         sys.stderr = io.StringIO()
-        for argv in (["/nowhere"], ["/nowhere", "--device", "auto"]):
+        for argv in (["/nowhere"], ["/nowhere", "--device", "auto"],
+                     ["/nowhere", "--cpu", "read"], ["/nowhere", "--cpu", "map"]):
             rc = cli.main(argv)
             check(rc == 1, "placefs-load with a recording loader returned %r" % rc)
     finally:
         _torch.get, cli._Loader, sys.stderr = real_get, real_loader, real_err
+    # --cpu reaches the loader; without it the loader's own default (PLACEFS_CPU, auto).
+    check(cpus == [None, None, "read", "map"], "placefs-load passed cpu= %r" % cpus)
+    seen = seen[:2]
     check(len(seen) == 2 and seen[0] is None,
           "placefs-load passed device %r to the loader, load_state_dict passes None" % seen[:1])
     check([placefs._parse_device(d) for d in seen] == [("auto", None)] * 2,
