@@ -241,6 +241,35 @@ START_TEST(test_many_entries)
 }
 END_TEST
 
+/*
+ * Names already in order with each shard's tensors together (as Hugging Face
+ * writes an index): no sort is needed, and a shard path is checked once per
+ * run; a shard seen again after another run is one shard, and a bad path
+ * right after a run of good ones is still refused, naming its tensor.
+ */
+START_TEST(test_sorted_runs)
+{
+	struct placefs_index *idx =
+	        idx_ok("{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s1.safetensors\", "
+	               "\"c\": \"s2.safetensors\", \"d\": \"s2.safetensors\", "
+	               "\"e\": \"s1.safetensors\"}}");
+
+	ck_assert_uint_eq(placefs_index_count(idx), 5);
+	ck_assert_uint_eq(placefs_index_shard_count(idx), 2);
+	ck_assert_str_eq(placefs_index_shard(idx, 0), "s1.safetensors");
+	ck_assert_str_eq(placefs_index_shard(idx, 1), "s2.safetensors");
+	ck_assert_str_eq(placefs_index_name(idx, 4), "e");
+	ck_assert_str_eq(placefs_index_lookup(idx, "a"), "s1.safetensors");
+	ck_assert_str_eq(placefs_index_lookup(idx, "d"), "s2.safetensors");
+	ck_assert_str_eq(placefs_index_lookup(idx, "e"), "s1.safetensors");
+	ck_assert_ptr_eq(placefs_index_lookup(idx, "e"), placefs_index_shard(idx, 0));
+	placefs_index_free(idx);
+	idx_bad("{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s1.safetensors\", "
+	        "\"c\": \"../s1.safetensors\"}}",
+	        "tensor \"c\": shard path \"../s1.safetensors\"");
+}
+END_TEST
+
 /* ---- weight_map ---------------------------------------------------------- */
 
 START_TEST(test_missing_weight_map)
@@ -593,6 +622,7 @@ static Suite *index_suite(void)
 	tcase_add_test(tc, test_empty_weight_map);
 	tcase_add_test(tc, test_empty_tensor_name);
 	tcase_add_test(tc, test_many_entries);
+	tcase_add_test(tc, test_sorted_runs);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("weight_map");
