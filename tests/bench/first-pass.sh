@@ -219,10 +219,12 @@ for c in $loader; do
 	line=$(printf '%s\n' "$lines" | grep '^load:' || true)
 	iline=$(printf '%s\n' "$lines" | grep '^iter:' || true)
 	cline=$(printf '%s\n' "$lines" | grep '^cpu:' || true)
+	mline=$(printf '%s\n' "$lines" | grep '^cpu-map:' || true)
 	ig=$(printf '%s\n' "$iline" | gbps_of)
 	cr=$(printf '%s\n' "$cline" | sed -n 's/.* \([0-9.]*\) x the reference.*/\1/p')
+	mr=$(printf '%s\n' "$mline" | sed -n 's/.* \([0-9.]*\) x the reference.*/\1/p')
 	lg=$(printf '%s\n' "$line" | gbps_of)
-	printf '%s|%s|%s|%s|%s|%s\n' "$limit" "$zc" "$hb${thr:+:$thr}${cenv:+:$cenv}" "$lg" "${ig:--}" "${cr:--}" >>"$bench_work/lrows"
+	printf '%s|%s|%s|%s|%s|%s|%s\n' "$limit" "$zc" "$hb${thr:+:$thr}${cenv:+:$cenv}" "$lg" "${ig:--}" "${cr:--}" "${mr:--}" >>"$bench_work/lrows"
 done
 
 # The ceiling again after the rows: a machine whose pace drifts during the
@@ -242,8 +244,8 @@ while IFS='|' read -r l z h ch n fg fr sg sr mt ft pm rs v; do
 		"$l" "$z" "$h" "$ch" "$n" "$fg" "$fr" "$sg" "$sr" "$mt" "$ft" "$pm" "$rs" "$v")"
 done <"$bench_work/rows"
 if [ -s "$bench_work/lrows" ]; then
-	while IFS='|' read -r l z h g ig cr; do
-		say "one-shot, fresh mount, limit $l zc $z hbuf $h: load_state_dict $g GB/s ($(ratio "$g" "$ceil_g") x ceiling), iter_weights $ig GB/s ($(ratio "$ig" "$ceil_g") x), cpu-placed by STAGE_READ $cr x parallel pread"
+	while IFS='|' read -r l z h g ig cr mr; do
+		say "one-shot, fresh mount, limit $l zc $z hbuf $h: load_state_dict $g GB/s ($(ratio "$g" "$ceil_g") x ceiling), iter_weights $ig GB/s ($(ratio "$ig" "$ceil_g") x), cpu-placed by STAGE_READ $cr x parallel pread, mapped $mr x"
 	done <"$bench_work/lrows"
 fi
 say "(mntms: mount command; 1stms: mount returned -> first tensor staged (borrow, one norm, incl."
