@@ -1010,6 +1010,9 @@ def cpumap(mnt, source, limit, loose):
         del sd
     expect_raises(lambda: placefs.load(mnt, device="cpu", cpu="mmap"), ValueError,
                   "^cpu must be 'auto', 'map' or 'read', got 'mmap'$", "cpu='mmap'")
+    os.environ["PLACEFS_CPU"] = "map"
+    check(placefs.cpu_mode_from_env() == "map", "PLACEFS_CPU=map: %r"
+          % placefs.cpu_mode_from_env())
     os.environ["PLACEFS_CPU"] = "yes"
     expect_raises(lambda: placefs.load(mnt, device="cpu"), ValueError,
                   "^PLACEFS_CPU must be auto, map or read, got 'yes'$", "PLACEFS_CPU=yes")
