@@ -4,7 +4,8 @@
 The daemon validated every shard at mount and wrote down what it found in
 .placefs/shards.json (path, device, inode, size, mtime, ctime). A shard is
 mapped here only when the file this process opens is that same file,
-unchanged. The mapping is private (a write to a result is copy-on-write and
+unchanged, and its own safetensors header places each tensor where the
+mount's plan has it. The mapping is private (a write to a result is copy-on-write and
 never reaches the file) and populated before the load returns (every page of
 every mapped tensor is resident and mapped: nothing is left to fault in on
 first use). The results share the shard's page cache instead of taking new
@@ -32,6 +33,7 @@ from .mount import _DTYPE_BYTES
 MADV_WILLNEED = 3
 MADV_POPULATE_READ = 22  # Linux 5.14
 _PIECE = 8 << 20  # one populate call; a thread takes the next piece after it
+_HEADER_MAX = 100000000  # bytes, as lib/safetensors.h (and the reference reader)
 _IDENT = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
 
 _libc = None
@@ -113,6 +115,7 @@ def open_shard(shards, file, tensors, strict):
         if hi > st.st_size:
             raise Refused("%s: a tensor ends at byte %d, past the file's %d" % (path, hi,
                                                                                st.st_size))
+        _check_header(fd, path, st.st_size, tensors)
         start = lo - lo % mmap.ALLOCATIONGRANULARITY
         try:
             mm = mmap.mmap(fd, hi - start, flags=mmap.MAP_PRIVATE,
@@ -122,6 +125,40 @@ def open_shard(shards, file, tensors, strict):
         return Mapped(file, path, mm, start)
     finally:
         os.close(fd)
+
+
+def _check_header(fd, path, size, tensors):
+    """Refused unless the file is a safetensors file whose header places every
+    tensor (name, dtype, shape, offsets) exactly where the mount's plan has it.
+    The identity check trusts .placefs/shards.json; this one trusts the file:
+    a shards.json naming some other file the caller may read (a daemon that
+    lies) maps nothing."""
+    head = os.pread(fd, 8, 0)
+    n = int.from_bytes(head, "little") if len(head) == 8 else -1
+    if n < 2 or n > _HEADER_MAX or n > size - 8:
+        raise Refused("%s is not a safetensors file (header length %d, file %d bytes)"
+                      % (path, n, size))
+    raw = b""
+    while len(raw) < n:
+        c = os.pread(fd, n - len(raw), 8 + len(raw))
+        if not c:
+            raise Refused("%s: the header ends early" % path)
+        raw += c
+    try:
+        hdr = json.loads(raw)
+    except ValueError as e:
+        raise Refused("%s: the header is not JSON: %s" % (path, e)) from None
+    if not isinstance(hdr, dict):
+        raise Refused("%s: the header is not a JSON object" % path)
+    for t in tensors:
+        e = hdr.get(t.name)
+        offs = e.get("data_offsets") if isinstance(e, dict) else None
+        if not (isinstance(offs, list) and len(offs) == 2 and
+                all(isinstance(x, int) for x in offs) and e.get("dtype") == t.dtype and
+                e.get("shape") == list(t.shape) and 8 + n + offs[0] == t.offset and
+                offs[1] - offs[0] == t.nbytes):
+            raise Refused("%s: its header does not place tensor %r where the mount's plan "
+                          "has it" % (path, t.name))
 
 
 def populate_pieces(m, tensors):

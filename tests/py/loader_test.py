@@ -975,6 +975,28 @@ def cpumap(mnt, source, limit, loose):
     check(same_bytes(sd2[t.name], ref[t.name][2]), "cpu=map: a later load saw the write")
     del sd, sd2, v
 
+    # shards.json is the daemon's word; the shard's own header must agree. A shards.json
+    # naming another file (a daemon that lies) maps nothing, whatever that file's stat.
+    from placefs import _mapsrc
+    f0 = cpu[0].source
+    ts0 = [t for t in cpu if t.source == f0]
+    others = [f for f in files if f != f0]
+    fake = os.path.join(os.path.dirname(shards[f0]["path"]), "not-a-shard.bin")
+    with open(fake, "wb") as fh:
+        fh.write(b"\xff" * (max(t.offset + t.nbytes for t in ts0) + 16))
+    for target, want in ((fake, "is not a safetensors file"),
+                         (shards[others[0]]["path"], "its header does not place tensor")):
+        st = os.stat(target)
+        forged = dict(shards)
+        forged[f0] = {"path": target, "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
+                      "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+        try:
+            _mapsrc.open_shard(forged, f0, ts0, False)
+            check(False, "a forged shards.json entry (%s) was mapped" % target)
+        except _mapsrc.Refused as e:
+            check(want in str(e) and target in str(e), "forged entry %s: %s" % (target, e))
+    os.unlink(fake)
+
     # iter_weights maps them the same way, in both modes, and "auto" reads the loose shard.
     for cpu_mode in ("map", "auto", "read"):
         for mode in ("copy", "borrow"):
