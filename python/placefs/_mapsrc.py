@@ -38,6 +38,11 @@ _IDENT = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
 
 _libc = None
 _libc_lock = threading.Lock()
+# Parsed headers by file identity (dev, ino, size, mtime_ns, ctime_ns): a stream
+# maps a shard once per batch of its cpu-placed tensors, and a header of tens of
+# thousands of tensors takes milliseconds to parse. A write changes the ctime.
+_HEADERS = {}
+_HEADERS_MAX = 64
 
 
 class Refused(Exception):
@@ -115,7 +120,7 @@ def open_shard(shards, file, tensors, strict):
         if hi > st.st_size:
             raise Refused("%s: a tensor ends at byte %d, past the file's %d" % (path, hi,
                                                                                st.st_size))
-        _check_header(fd, path, st.st_size, tensors)
+        _check_header(fd, path, st.st_size, got, tensors)
         start = lo - lo % mmap.ALLOCATIONGRANULARITY
         try:
             mm = mmap.mmap(fd, hi - start, flags=mmap.MAP_PRIVATE,
@@ -127,12 +132,12 @@ def open_shard(shards, file, tensors, strict):
         os.close(fd)
 
 
-def _check_header(fd, path, size, tensors):
-    """Refused unless the file is a safetensors file whose header places every
-    tensor (name, dtype, shape, offsets) exactly where the mount's plan has it.
-    The identity check trusts .placefs/shards.json; this one trusts the file:
-    a shards.json naming some other file the caller may read (a daemon that
-    lies) maps nothing."""
+def _header(fd, path, size, ident):
+    """(header length, parsed header) of the open shard, cached by its identity."""
+    with _libc_lock:
+        hit = _HEADERS.get(ident)
+    if hit is not None:
+        return hit
     head = os.pread(fd, 8, 0)
     n = int.from_bytes(head, "little") if len(head) == 8 else -1
     if n < 2 or n > _HEADER_MAX or n > size - 8:
@@ -150,6 +155,20 @@ def _check_header(fd, path, size, tensors):
         raise Refused("%s: the header is not JSON: %s" % (path, e)) from None
     if not isinstance(hdr, dict):
         raise Refused("%s: the header is not a JSON object" % path)
+    with _libc_lock:
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[ident] = (n, hdr)
+    return n, hdr
+
+
+def _check_header(fd, path, size, ident, tensors):
+    """Refused unless the file is a safetensors file whose header places every
+    tensor (name, dtype, shape, offsets) exactly where the mount's plan has it.
+    The identity check trusts .placefs/shards.json; this one trusts the file:
+    a shards.json naming some other file the caller may read (a daemon that
+    lies) maps nothing."""
+    n, hdr = _header(fd, path, size, ident)
     for t in tensors:
         e = hdr.get(t.name)
         offs = e.get("data_offsets") if isinstance(e, dict) else None
