@@ -94,7 +94,8 @@ def open_shard(shards, file, tensors, strict):
         raise Refused("shard %s is not in .placefs/shards.json" % file)
     path = ent["path"]
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a path that names a FIFO must not hang the open (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as e:
         raise Refused("%s: cannot open the shard here: %s" % (path, e.strerror)) from None
     try:

@@ -984,8 +984,11 @@ def cpumap(mnt, source, limit, loose):
     fake = os.path.join(os.path.dirname(shards[f0]["path"]), "not-a-shard.bin")
     with open(fake, "wb") as fh:
         fh.write(b"\xff" * (max(t.offset + t.nbytes for t in ts0) + 16))
+    fifo = fake + ".fifo"
+    os.mkfifo(fifo)
     for target, want in ((fake, "is not a safetensors file"),
-                         (shards[others[0]]["path"], "its header does not place tensor")):
+                         (shards[others[0]]["path"], "its header does not place tensor"),
+                         (fifo, "is not a regular file")):
         st = os.stat(target)
         forged = dict(shards)
         forged[f0] = {"path": target, "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
@@ -996,6 +999,7 @@ def cpumap(mnt, source, limit, loose):
         except _mapsrc.Refused as e:
             check(want in str(e) and target in str(e), "forged entry %s: %s" % (target, e))
     os.unlink(fake)
+    os.unlink(fifo)
 
     # iter_weights maps them the same way, in both modes, and "auto" reads the loose shard.
     for cpu_mode in ("map", "auto", "read"):
