@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/xattr.h>
 
+#include "clock.h"
 #include "strbuf.h"
 #include "vtree.h"
 
@@ -136,11 +137,10 @@ static int format_metadata(const struct placefs_ckpt *ck, struct placefs_strbuf 
  */
 static int add_ns(struct placefs_strbuf *sb, const char *key, struct timespec ts)
 {
-	uint64_t ns;
+	uint64_t ns = placefs_clock_ts_ns(&ts);
 
-	/* Times before 1970 or past 2554 do not fit: written as null, never matched. */
-	if (ts.tv_sec < 0 || __builtin_mul_overflow((uint64_t)ts.tv_sec, 1000000000ULL, &ns) ||
-	    __builtin_add_overflow(ns, (uint64_t)ts.tv_nsec, &ns))
+	/* Times before 1970 or past 2554 (saturated) do not fit: written as null, never matched. */
+	if (ts.tv_sec < 0 || ns == UINT64_MAX)
 		return placefs_strbuf_addf(sb, ", \"%s\": null", key);
 	return placefs_strbuf_addf(sb, ", \"%s\": %" PRIu64, key, ns);
 }
