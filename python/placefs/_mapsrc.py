@@ -37,7 +37,7 @@ _HEADER_MAX = 100000000  # bytes, as lib/safetensors.h (and the reference reader
 _IDENT = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
 
 _libc = None
-_libc_lock = threading.Lock()
+_lock = threading.Lock()  # guards _libc's loading and _HEADERS
 # Parsed headers by file identity (dev, ino, size, mtime_ns, ctime_ns): a stream
 # maps a shard once per batch of its cpu-placed tensors, and a header of tens of
 # thousands of tensors takes milliseconds to parse. A write changes the ctime.
@@ -51,7 +51,7 @@ class Refused(Exception):
 
 def _lib():
     global _libc
-    with _libc_lock:
+    with _lock:
         if _libc is None:
             lib = ctypes.CDLL(None, use_errno=True)
             lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -135,7 +135,7 @@ def open_shard(shards, file, tensors, strict):
 
 def _header(fd, path, size, ident):
     """(header length, parsed header) of the open shard, cached by its identity."""
-    with _libc_lock:
+    with _lock:
         hit = _HEADERS.get(ident)
     if hit is not None:
         return hit
@@ -156,7 +156,7 @@ def _header(fd, path, size, ident):
         raise Refused("%s: the header is not JSON: %s" % (path, e)) from None
     if not isinstance(hdr, dict):
         raise Refused("%s: the header is not a JSON object" % path)
-    with _libc_lock:
+    with _lock:
         if len(_HEADERS) >= _HEADERS_MAX:
             _HEADERS.clear()
         _HEADERS[ident] = (n, hdr)
@@ -235,21 +235,24 @@ class Result:
         self.mapped, self.left, self.path = mapped, left, path
 
 
-def map_tensors(mountpoint, tensors, mode, torch, pool=None, tick=None):
+def map_tensors(mountpoint, tensors, mode, torch, pool=None, tick=None, shards=None):
     """Maps what it may of `tensors` (cpu-placed TensorInfo) from their source
     shards, as cpu= `mode` ("auto" or "map") allows, and populates the mappings
     on `pool`'s threads (a pool of 4 of its own when None; never a pool whose
-    worker calls this). tick(nbytes) is called as pieces land. Without torch,
+    worker calls this). tick(nbytes) is called as pieces land. shards: the
+    mount's .placefs/shards.json as read_shards() gave it (None: read here).
+    Without torch,
     nothing is mapped, in any mode (the results are copies). mode "map":
     RuntimeError naming each shard that cannot be mapped."""
     if torch is None:
         return Result([], list(tensors), "read by the daemon into shared memory (without "
                       "torch the results are copies)")
     why, maps, left, odd = [], [], [t for t in tensors if not t.nbytes], 0
-    try:
-        shards = read_shards(mountpoint)
-    except Refused as e:
-        why.append(str(e))
+    if shards is None:
+        try:
+            shards = read_shards(mountpoint)
+        except Refused as e:
+            why.append(str(e))
     if why:
         left = list(tensors)
     else:

@@ -209,6 +209,14 @@ def cpu_mode_from_env():
     return v
 
 
+def _cpu_mode(cpu):
+    """A loader's cpu= argument checked: the mode, or $PLACEFS_CPU's when None."""
+    mode = cpu_mode_from_env() if cpu is None else cpu
+    if mode not in CPU_MODES:
+        raise ValueError("cpu must be 'auto', 'map' or 'read', got %r" % (mode,))
+    return mode
+
+
 def copy_mode_from_env():
     """'copy' or 'borrow' from INSTANTTENSOR_COPY ("1"/unset: copy, "0": borrow)."""
     v = os.environ.get("INSTANTTENSOR_COPY")
@@ -630,9 +638,7 @@ class _Loader:
 
     def __init__(self, mountpoint, device, mode, workers, timeout_ns, progress=False,
                  shard=None, cpu=None):
-        self.cpu = cpu_mode_from_env() if cpu is None else cpu
-        if self.cpu not in CPU_MODES:
-            raise ValueError("cpu must be 'auto', 'map' or 'read', got %r" % (self.cpu,))
+        self.cpu = _cpu_mode(cpu)
         self.cpu_path = None  # how the cpu-placed tensors landed (the report's)
         self.mount = mountpoint if isinstance(mountpoint, Mount) else Mount(mountpoint)
         self.shard = _shard_plan(self.mount.tensors, shard)

@@ -37,9 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import _mapsrc, _torch
 from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
-from .loader import (CPU_MODES, PlacedTensor, _align, _batch_chunk, _chunks, _cut_raw,
+from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _cpu_mode, _cut_raw,
                      _parse_device, _layout, _read_into, _shard_plan, _ShardView, _ShmDest,
-                     copy_mode_from_env, cpu_mode_from_env)
+                     copy_mode_from_env)
 from .mount import Mount
 
 DEFAULT_WINDOW = 2 << 30
@@ -80,9 +80,7 @@ class _Batch:
 class _Stream:
     def __init__(self, mountpoint, device, mode, workers, timeout_ns, window_bytes, progress,
                  shard=None, cpu=None):
-        self.cpu = cpu_mode_from_env() if cpu is None else cpu
-        if self.cpu not in CPU_MODES:
-            raise ValueError("cpu must be 'auto', 'map' or 'read', got %r" % (self.cpu,))
+        self.cpu = _cpu_mode(cpu)
         self.own_mount = not isinstance(mountpoint, Mount)
         self.mount = Mount(mountpoint) if self.own_mount else mountpoint
         self.shard = _shard_plan(self.mount.tensors, shard)
@@ -135,6 +133,14 @@ class _Stream:
         self.to_cuda = self.dev_kind == "cuda"
         self.cuda_ring = ri is not None and ri.backend == BACKEND_CUDA
         self.map_cpu = self.cpu != "read" and self.torch is not None
+        # .placefs/shards.json, read once for every batch to map (None: each batch
+        # reads it again, and gets the same refusal or the file a later daemon wrote).
+        self.shards = None
+        if self.map_cpu and any(t.placement == "cpu" for t in self.items):
+            try:
+                self.shards = _mapsrc.read_shards(self.mount.mountpoint)
+            except _mapsrc.Refused:
+                pass
 
     # ---- results -------------------------------------------------------------------------
 
@@ -199,7 +205,7 @@ class _Stream:
         """A "map" batch, on a worker: maps what it may (populated on a pool of its
         own), then reads the rest into a shm buffer of their own layout."""
         res = _mapsrc.map_tensors(self.mount.mountpoint, b.tensors, self.cpu, self.torch,
-                                  None, self._tick)
+                                  None, self._tick, self.shards)
         for ts, offs, flat in res.mapped:
             b.mapped.update(zip([t.name for t in ts], zip([flat] * len(ts), offs)))
         if res.left:
