@@ -236,17 +236,20 @@ if [ "${BENCH_DEVICE:-cuda:0}" != host ]; then
 fi
 say ""
 say "pinned H2D ceiling (torch, 4 GiB pinned, 64 MiB chunks): $ceil_g GB/s${ceil2_g:+; after the rows $ceil2_g GB/s ($(ratio "$ceil2_g" "$ceil_g") x)}"
-say "placefs-stage --all --mode copy on a FRESH mount per row; GB/s and x ceiling"
-say "$(printf '%-7s %-5s %-5s %-5s %-3s | %6s %5s | %6s %5s | %5s %5s | %-11s %5s %s' \
-	limit zc/on hbuf chunk thr first x 2nd x mntms 1stms pinMiB+reg reg_s verify)"
-while IFS='|' read -r l z h ch n fg fr sg sr mt ft pm rs v; do
+# With --configs "" there are no stage rows, only loader rows.
+if [ -s "$bench_work/rows" ]; then
+	say "placefs-stage --all --mode copy on a FRESH mount per row; GB/s and x ceiling"
 	say "$(printf '%-7s %-5s %-5s %-5s %-3s | %6s %5s | %6s %5s | %5s %5s | %-11s %5s %s' \
-		"$l" "$z" "$h" "$ch" "$n" "$fg" "$fr" "$sg" "$sr" "$mt" "$ft" "$pm" "$rs" "$v")"
-done <"$bench_work/rows"
+		limit zc/on hbuf chunk thr first x 2nd x mntms 1stms pinMiB+reg reg_s verify)"
+	while IFS='|' read -r l z h ch n fg fr sg sr mt ft pm rs v; do
+		say "$(printf '%-7s %-5s %-5s %-5s %-3s | %6s %5s | %6s %5s | %5s %5s | %-11s %5s %s' \
+			"$l" "$z" "$h" "$ch" "$n" "$fg" "$fr" "$sg" "$sr" "$mt" "$ft" "$pm" "$rs" "$v")"
+	done <"$bench_work/rows"
+	say "(mntms: mount command; 1stms: mount returned -> first tensor staged (borrow, one norm, incl."
+	say " process start); pinMiB+reg: bounce buffer + shard bytes registered for zero-copy, MiB)"
+fi
 if [ -s "$bench_work/lrows" ]; then
 	while IFS='|' read -r l z h g ig cr mr; do
 		say "one-shot, fresh mount, limit $l zc $z hbuf $h: load_state_dict $g GB/s ($(ratio "$g" "$ceil_g") x ceiling), iter_weights $ig GB/s ($(ratio "$ig" "$ceil_g") x), cpu-placed by STAGE_READ $cr x parallel pread, mapped $mr x"
 	done <"$bench_work/lrows"
 fi
-say "(mntms: mount command; 1stms: mount returned -> first tensor staged (borrow, one norm, incl."
-say " process start); pinMiB+reg: bounce buffer + shard bytes registered for zero-copy, MiB)"
