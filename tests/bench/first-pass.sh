@@ -21,7 +21,8 @@
 # already has CUDA, each on a fresh mount: load_state_dict(device="cuda:0"),
 # iter_weights(device="cuda:0"), and the cpu-placed tensors by STAGE_READ
 # and mapped (the loader's cpu="read" and "map") against a parallel pread()
-# of the same bytes ($ONESHOT picks among load,iter,cpu). A loader row's
+# of the same bytes, and the time to the first tensor in a process already
+# running (oneshot.py's "first"; $ONESHOT picks among load,iter,cpu,first). A loader row's
 # ENV reaches the loader too: PLACEFS_CPU=read makes its cpu-placed tensors
 # new memory filled by the daemon instead of mappings of the source shards.
 # The pinned host-to-device ceiling (tests/bench/gpu-ref.py) is measured in
@@ -213,7 +214,7 @@ for c in $loader; do
 	lines=$(
 		row_env "$thr" "$cenv"
 		PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$top/tests/bench/oneshot.py" \
-			"$PLACEFS" "$opts" "$src" "$mnt" --what "${ONESHOT:-load,iter,cpu}"
+			"$PLACEFS" "$opts" "$src" "$mnt" --what "${ONESHOT:-load,iter,cpu,first}"
 	) || { echo "bench: oneshot.py failed for $c" >&2; exit 1; }
 	printf '%s\n' "$lines" | while IFS= read -r l; do say "loader $c: $l"; done
 	line=$(printf '%s\n' "$lines" | grep '^load:' || true)
@@ -223,8 +224,9 @@ for c in $loader; do
 	ig=$(printf '%s\n' "$iline" | gbps_of)
 	cr=$(printf '%s\n' "$cline" | sed -n 's/.* \([0-9.]*\) x the reference.*/\1/p')
 	mr=$(printf '%s\n' "$mline" | sed -n 's/.* \([0-9.]*\) x the reference.*/\1/p')
+	fms=$(printf '%s\n' "$lines" | sed -n 's/^first: .* \([0-9.]*\) ms after the mount returned.*/\1/p')
 	lg=$(printf '%s\n' "$line" | gbps_of)
-	printf '%s|%s|%s|%s|%s|%s|%s\n' "$limit" "$zc" "$hb${thr:+:$thr}${cenv:+:$cenv}" "$lg" "${ig:--}" "${cr:--}" "${mr:--}" >>"$bench_work/lrows"
+	printf '%s|%s|%s|%s|%s|%s|%s|%s\n' "$limit" "$zc" "$hb${thr:+:$thr}${cenv:+:$cenv}" "$lg" "${ig:--}" "${cr:--}" "${mr:--}" "${fms:--}" >>"$bench_work/lrows"
 done
 
 # The ceiling again after the rows: a machine whose pace drifts during the
@@ -249,7 +251,7 @@ if [ -s "$bench_work/rows" ]; then
 	say " process start); pinMiB+reg: bounce buffer + shard bytes registered for zero-copy, MiB)"
 fi
 if [ -s "$bench_work/lrows" ]; then
-	while IFS='|' read -r l z h g ig cr mr; do
-		say "one-shot, fresh mount, limit $l zc $z hbuf $h: load_state_dict $g GB/s ($(ratio "$g" "$ceil_g") x ceiling), iter_weights $ig GB/s ($(ratio "$ig" "$ceil_g") x), cpu-placed by STAGE_READ $cr x parallel pread, mapped $mr x"
+	while IFS='|' read -r l z h g ig cr mr fm; do
+		say "one-shot, fresh mount, limit $l zc $z hbuf $h: load_state_dict $g GB/s ($(ratio "$g" "$ceil_g") x ceiling), iter_weights $ig GB/s ($(ratio "$ig" "$ceil_g") x), cpu-placed by STAGE_READ $cr x parallel pread, mapped $mr x; first tensor $fm ms in-process"
 	done <"$bench_work/lrows"
 fi

@@ -15,6 +15,9 @@ to the last tensor in place, and unmounts:
          daemon into new memory)
   iter   placefs.iter_weights(mnt, device, mode="copy"), each tensor touched
          (torch.cuda.synchronize at the end)
+  first  time to the first tensor: a small gpu-placed tensor (a norm) borrowed
+         and copied into a tensor of this process, from the return of the
+         mount command (no process start in it, unlike first-pass.sh's 1stms)
   cpu    the cpu-placed tensors alone: STAGE_READ by the daemon (load(cpu="read"))
          and the populated private mappings of load(cpu="map"), each on a
          fresh mount, against the reference, a parallel pread() of the same
@@ -175,6 +178,32 @@ def main():
             umount(mnt)
             print("iter: iter_weights copy, fresh mount: %d tensors, %d bytes in %.3f s after "
                   "the mount returned: %.2f GB/s" % (n, nb, t3 - t1, nb / (t3 - t1) / 1e9))
+        elif w == "first":
+            # Time to the first tensor in a process that is already running:
+            # from the return of the mount command to a small gpu-placed
+            # tensor (the first of at most 1 MiB in plan order, a norm) held
+            # as this process's own tensor on the device. Mount() reads the
+            # plan; borrow() stages it; clone() copies it out of the ring.
+            t1, mt = mount(placefs_bin, opts, src, mnt)
+            m = placefs.Mount(mnt)
+            t2 = time.perf_counter()
+            t = next((t for t in m.tensors if t.placement == "gpu" and 0 < t.nbytes <= 1 << 20),
+                     None)
+            if t is None:
+                m.close()
+                umount(mnt)
+                print("first: no gpu-placed tensor of at most 1 MiB")
+                continue
+            with m.borrow(t.name) as b:
+                own = b.view.clone() if device != "cpu" else bytes(b.view)
+            sync()
+            t3 = time.perf_counter()
+            del own
+            m.close()
+            umount(mnt)
+            print("first: %s (%d bytes) on %s %.1f ms after the mount returned (plan read "
+                  "%.1f ms; mount %.3f s)" % (t.name, t.nbytes, device, (t3 - t1) * 1e3,
+                                             (t2 - t1) * 1e3, mt))
         elif w == "cpu":
             t1, mt = mount(placefs_bin, opts, src, mnt)
             m = placefs.Mount(mnt)
