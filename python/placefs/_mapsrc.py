@@ -28,12 +28,12 @@ import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from . import safetensors as _st
 from .mount import _DTYPE_BYTES
 
 MADV_WILLNEED = 3
 MADV_POPULATE_READ = 22  # Linux 5.14
 _PIECE = 8 << 20  # one populate call; a thread takes the next piece after it
-_HEADER_MAX = 100000000  # bytes, as lib/safetensors.h (and the reference reader)
 _IDENT = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
 
 _libc = None
@@ -134,33 +134,26 @@ def open_shard(shards, file, tensors, strict):
 
 
 def _header(fd, path, size, ident):
-    """(header length, parsed header) of the open shard, cached by its identity."""
+    """The open shard's header, validated by placefs.safetensors (the reference
+    reader's rules), as {name: Tensor}; cached by the file's identity."""
     with _lock:
         hit = _HEADERS.get(ident)
     if hit is not None:
         return hit
-    head = os.pread(fd, 8, 0)
-    n = int.from_bytes(head, "little") if len(head) == 8 else -1
-    if n < 2 or n > _HEADER_MAX or n > size - 8:
-        raise Refused("%s is not a safetensors file (header length %d, file %d bytes)"
-                      % (path, n, size))
-    raw = b""
-    while len(raw) < n:
-        c = os.pread(fd, n - len(raw), 8 + len(raw))
-        if not c:
-            raise Refused("%s: the header ends early" % path)
-        raw += c
+    prefix = os.pread(fd, 8, 0)
+    if len(prefix) == 8:
+        n = int.from_bytes(prefix, "little")
+        if n <= _st.HEADER_MAX and 8 + n <= size:
+            prefix += os.pread(fd, n, 8)
     try:
-        hdr = json.loads(raw)
-    except ValueError as e:
-        raise Refused("%s: the header is not JSON: %s" % (path, e)) from None
-    if not isinstance(hdr, dict):
-        raise Refused("%s: the header is not a JSON object" % path)
+        hdr = {t.name: t for t in _st.parse(path, prefix, size).tensors}
+    except _st.SafetensorsError as e:
+        raise Refused("%s is not a safetensors file: %s" % (path, e)) from None
     with _lock:
         if len(_HEADERS) >= _HEADERS_MAX:
             _HEADERS.clear()
-        _HEADERS[ident] = (n, hdr)
-    return n, hdr
+        _HEADERS[ident] = hdr
+    return hdr
 
 
 def _check_header(fd, path, size, ident, tensors):
@@ -169,14 +162,11 @@ def _check_header(fd, path, size, ident, tensors):
     The identity check trusts .placefs/shards.json; this one trusts the file:
     a shards.json naming some other file the caller may read (a daemon that
     lies) maps nothing."""
-    n, hdr = _header(fd, path, size, ident)
+    hdr = _header(fd, path, size, ident)
     for t in tensors:
         e = hdr.get(t.name)
-        offs = e.get("data_offsets") if isinstance(e, dict) else None
-        if not (isinstance(offs, list) and len(offs) == 2 and
-                all(isinstance(x, int) for x in offs) and e.get("dtype") == t.dtype and
-                e.get("shape") == list(t.shape) and 8 + n + offs[0] == t.offset and
-                offs[1] - offs[0] == t.nbytes):
+        if not (e is not None and e.dtype == t.dtype and e.shape == list(t.shape) and
+                e.offset == t.offset and e.nbytes == t.nbytes):
             raise Refused("%s: its header does not place tensor %r where the mount's plan "
                           "has it" % (path, t.name))
 

@@ -189,18 +189,17 @@ def main():
             t2 = time.perf_counter()
             t = next((t for t in m.tensors if t.placement == "gpu" and 0 < t.nbytes <= 1 << 20),
                      None)
-            if t is None:
-                m.close()
-                umount(mnt)
-                print("first: no gpu-placed tensor of at most 1 MiB")
-                continue
-            with m.borrow(t.name) as b:
-                own = b.view.clone() if device != "cpu" else bytes(b.view)
-            sync()
-            t3 = time.perf_counter()
-            del own
+            if t is not None:
+                with m.borrow(t.name) as b:
+                    own = b.view.clone() if device != "cpu" else bytes(b.view)
+                sync()
+                t3 = time.perf_counter()
+                del own
             m.close()
             umount(mnt)
+            if t is None:
+                print("first: no gpu-placed tensor of at most 1 MiB")
+                continue
             print("first: %s (%d bytes) on %s %.1f ms after the mount returned (plan read "
                   "%.1f ms; mount %.3f s)" % (t.name, t.nbytes, device, (t3 - t1) * 1e3,
                                              (t2 - t1) * 1e3, mt))
