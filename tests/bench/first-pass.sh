@@ -144,15 +144,15 @@ for c in $configs; do
 		else
 			"$PLAN" --json --buffer-size "$limit" "$src" >"$bench_work/plan.json"
 		fi
-		first_file=$(python3 - "$top/python" "$mnt" "$bench_work/plan.json" <<'PY'
+		first_file=$(python3 - "$top/python" "$top/tests/bench" "$mnt" "$bench_work/plan.json" <<'PY'
 import json, sys
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1:3]
 from placefs import TensorInfo
-plan = json.load(open(sys.argv[3]))
-for i, t in enumerate(plan["tensors"]):
-    if t["placement"] == "gpu" and 0 < t["nbytes"] <= (1 << 20):
-        print(TensorInfo(sys.argv[2], i, t).path)
-        break
+from oneshot import first_small
+plan = json.load(open(sys.argv[4]))
+t = first_small([TensorInfo(sys.argv[3], i, t) for i, t in enumerate(plan["tensors"])])
+if t is not None:
+    print(t.path)
 PY
 )
 		t0=$(now_ns)

@@ -119,6 +119,12 @@ def pread_reference(ranges, threads=8, piece=8 << 20, huge=False, touched=False)
     return total, dt
 
 
+def first_small(tensors):
+    """The tensor whose time to first use is measured: the first gpu-placed one of
+    at most 1 MiB in plan order (a norm), or None. first-pass.sh's 1stms uses it too."""
+    return next((t for t in tensors if t.placement == "gpu" and 0 < t.nbytes <= 1 << 20), None)
+
+
 def main():
     placefs_bin, opts, src, mnt = sys.argv[1:5]
     what = ["load", "iter", "cpu"]
@@ -187,8 +193,7 @@ def main():
             t1, mt = mount(placefs_bin, opts, src, mnt)
             m = placefs.Mount(mnt)
             t2 = time.perf_counter()
-            t = next((t for t in m.tensors if t.placement == "gpu" and 0 < t.nbytes <= 1 << 20),
-                     None)
+            t = first_small(m.tensors)
             if t is not None:
                 with m.borrow(t.name) as b:
                     own = b.view.clone() if device != "cpu" else bytes(b.view)
