@@ -27,7 +27,7 @@
 static const char *const xattr_names[] = {
         XATTR_PREFIX "placement", XATTR_PREFIX "dtype",  XATTR_PREFIX "shape",
         XATTR_PREFIX "nbytes",    XATTR_PREFIX "source", XATTR_PREFIX "offset",
-        XATTR_PREFIX "name",
+        XATTR_PREFIX "name",      XATTR_PREFIX "index",
 };
 #define N_XATTRS (sizeof(xattr_names) / sizeof(xattr_names[0]))
 
@@ -177,9 +177,12 @@ static int add_shape(struct placefs_strbuf *sb, const uint64_t *v, size_t n)
 	return rc;
 }
 
-/* Value number i (xattr_names[i]) of plan entry e into sb: 0, 1 (too long) or -ENOMEM. */
-static int format_value(const struct placefs_mount *m, const struct placefs_plan_entry *e, size_t i,
-                        struct placefs_strbuf *sb)
+/*
+ * Value number i (xattr_names[i]) of plan entry e, the plan's entry number
+ * `entry`, into sb: 0, 1 (too long) or -ENOMEM.
+ */
+static int format_value(const struct placefs_mount *m, const struct placefs_plan_entry *e,
+                        size_t entry, size_t i, struct placefs_strbuf *sb)
 {
 	const struct placefs_tensor *t = e->tensor;
 	const char *name = xattr_names[i] + strlen(XATTR_PREFIX);
@@ -196,13 +199,15 @@ static int format_value(const struct placefs_mount *m, const struct placefs_plan
 		return placefs_strbuf_adds(sb, placefs_ckpt_shard(m->ckpt, t->shard)->file);
 	if (strcmp(name, "offset") == 0)
 		return placefs_strbuf_addf(sb, "%llu", (unsigned long long)t->offset);
+	if (strcmp(name, "index") == 0)
+		return placefs_strbuf_addf(sb, "%zu", entry);
 	return placefs_strbuf_adds(sb, t->name);
 }
 
-/* Formats every xattr value of plan entry e into one allocation; NULL when out of memory. */
-static struct placefs_xattr_set *format_xattrs(struct placefs_mount *m,
-                                               const struct placefs_plan_entry *e)
+/* Formats every xattr value of plan entry number `entry` into one allocation; NULL without memory. */
+static struct placefs_xattr_set *format_xattrs(struct placefs_mount *m, size_t entry)
 {
+	const struct placefs_plan_entry *e = placefs_plan_entry(m->plan, entry);
 	struct placefs_xattr_set *xs = NULL;
 	struct placefs_strbuf sb;
 	uint32_t off[N_XATTRS], len[N_XATTRS];
@@ -212,7 +217,7 @@ static struct placefs_xattr_set *format_xattrs(struct placefs_mount *m,
 	placefs_strbuf_init(&sb);
 	for (i = 0; rc >= 0 && i < N_XATTRS; i++) {
 		at = sb.len;
-		rc = format_value(m, e, i, &sb);
+		rc = format_value(m, e, entry, i, &sb);
 		if (rc == 1) {
 			/* Not kept: it could never be read. */
 			sb.len = at;
@@ -248,7 +253,7 @@ static const struct placefs_xattr_set *xattrs_of(struct placefs_mount *m, size_t
 	xs = atomic_load_explicit(&m->xattrs[entry], memory_order_acquire);
 	if (xs)
 		return xs;
-	xs = format_xattrs(m, placefs_plan_entry(m->plan, entry));
+	xs = format_xattrs(m, entry);
 	if (!xs)
 		return NULL;
 	if (!atomic_compare_exchange_strong_explicit(&m->xattrs[entry], &expect, xs,
@@ -935,9 +940,10 @@ static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name
 static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	/* The same for every tensor: xattr_names[], each NUL-terminated, built once. */
-	static const char list[] = XATTR_PREFIX
-	        "placement\0" XATTR_PREFIX "dtype\0" XATTR_PREFIX "shape\0" XATTR_PREFIX
-	        "nbytes\0" XATTR_PREFIX "source\0" XATTR_PREFIX "offset\0" XATTR_PREFIX "name";
+	static const char list[] =
+	        XATTR_PREFIX "placement\0" XATTR_PREFIX "dtype\0" XATTR_PREFIX
+	                     "shape\0" XATTR_PREFIX "nbytes\0" XATTR_PREFIX "source\0" XATTR_PREFIX
+	                     "offset\0" XATTR_PREFIX "name\0" XATTR_PREFIX "index";
 	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_vnode node;
 	int rc;

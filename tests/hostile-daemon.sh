@@ -202,7 +202,7 @@ assert formats() == 0, formats()
 for _ in range(5):
     assert os.getxattr(os.path.join(mp, "short"), "user.placefs.shape") == b"[1, 1]"
     assert os.getxattr(os.path.join(mp, "short"), "user.placefs.dtype") == b"F32"
-    assert len(os.listxattr(os.path.join(mp, "short"))) == 7
+    assert len(os.listxattr(os.path.join(mp, "short"))) == 8
 assert formats() == 1, "after 10 getxattr of one inode: %d formattings" % formats()
 want = ("[" + ", ".join(["1"] * ndim) + "]").encode()
 for _ in range(5):

@@ -354,7 +354,8 @@ for f in files:
         t["path"] = os.path.join(d, f)
         tensors.append(t)
 sel = [t for t in tensors if not a.prefix or any(t["name"].startswith(p) for p in a.prefix)]
-for t in sel:
+for i, t in enumerate(sel):
+    t["index"] = i  # the plan's entry number: the oracle's order is the plan's
     t["placement"] = "gpu" if a.limit is None or t["nbytes"] <= a.limit else "cpu"
     t["fname"] = encode(t["name"])
 
@@ -385,7 +386,8 @@ for t in sel:
         fail("%s: size %d, expected %d" % (t["fname"], st.st_size, t["nbytes"]))
     xa = {k[len("user.placefs."):]: os.getxattr(p, k).decode() for k in os.listxattr(p)}
     exp = {"placement": t["placement"], "dtype": t["dtype"], "nbytes": str(t["nbytes"]),
-           "source": t["file"], "offset": str(t["offset"]), "name": t["name"]}
+           "source": t["file"], "offset": str(t["offset"]), "name": t["name"],
+           "index": str(t["index"])}
     for k, v in exp.items():
         if xa.get(k) != v:
             fail("%s: xattr %s = %r, expected %r" % (t["fname"], k, xa.get(k), v))

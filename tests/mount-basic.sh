@@ -101,7 +101,7 @@ tmo 10 cmp "$MP/.placefs/plan" plan.expected.txt || fail ".placefs/plan differs 
 
 # getfattr -d shows the xattrs; the placement views answer "what went to the cpu".
 tmo 10 getfattr -d "$MP/model.embed.weight" >xattrs.txt 2>/dev/null || fail "getfattr -d failed"
-for k in placement dtype shape nbytes source offset name; do
+for k in placement dtype shape nbytes source offset name index; do
 	grep -q "^user\.placefs\.$k=" xattrs.txt || fail "getfattr -d lacks user.placefs.$k"
 done
 grep -q '^user\.placefs\.placement="cpu"' xattrs.txt || fail "model.embed.weight should be cpu"

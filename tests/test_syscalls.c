@@ -235,7 +235,7 @@ static void check_xattrs(const struct tensor *t, const char *path)
 	static const char *const names[] = {
 	        "user.placefs.placement", "user.placefs.dtype",  "user.placefs.shape",
 	        "user.placefs.nbytes",    "user.placefs.source", "user.placefs.offset",
-	        "user.placefs.name",
+	        "user.placefs.name",      "user.placefs.index",
 	};
 	char list[1024], small[4];
 	ssize_t n, m;

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """A placefs mount from Python: its plan, its tensor files and its staging ring.
 
-Mount(mountpoint) reads the plan (placefs.plan), opens tensor files, asks the
+Mount(mountpoint) reads the plan (placefs.plan) when first needed, or finds
+one tensor by name through its file's attributes, opens tensor files, asks the
 ring's description once (PLACEFS_IOC_RING_INFO) and maps the ring for borrow
 mode: the host backend's shm object read-only, or the CUDA backend's IPC
 handle through the CUDA runtime (placefs._torch). Mount.borrow(name) stages one
@@ -21,7 +22,7 @@ import threading
 from . import _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, CUDA_IPC_HANDLE_BYTES,
                      HANDLE_CUDA_IPC, HANDLE_NONE, RingInfo, release, ring_info, stage)
-from .plan import Plan
+from .plan import Plan, lookup as _quick_lookup
 
 # Bits per element of the dtypes whose elements are not whole bytes.
 _SUBBYTE_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
@@ -219,28 +220,66 @@ class _RingMap:
 
 
 class Mount:
-    """A placefs mount: its plan, its tensor files and its staging ring."""
+    """A placefs mount: its plan, its tensor files and its staging ring.
+
+    Mount() reads nothing but checks that mountpoint is a mount. The plan is
+    read when first needed: `tensors`, `plan`, `source`, `buffer_size` and
+    `ring_bytes`, the loaders, and a name not found the quick way. The quick
+    way: tensor(name), path(name), borrow(name) and stage_into(name) of a
+    name the daemon uses as its file name as it is (lib/name.h keeps printable
+    ASCII without '%' and '/' and not starting with '.') read that file's
+    user.placefs.* attributes, a few round trips to the daemon, instead of a
+    plan of tens of thousands of tensors. A malformed plan is reported when it
+    is read, not by Mount().
+    """
 
     def __init__(self, mountpoint):
         self.mountpoint = os.fspath(mountpoint)
-        plan = Plan(self.mountpoint)
-        self._plan = plan
-        self.source = plan.source
-        self.buffer_size = plan.buffer_size
-        self.ring_bytes = plan.ring_bytes
-        self.tensors = plan.tensors
-        self._by_name = plan.by_name
+        self._dir = os.path.join(self.mountpoint, "")
+        self._plan = None
+        self._plan_lock = threading.Lock()
+        ppath = os.path.join(self.mountpoint, ".placefs", "plan.json")
+        if not os.path.exists(ppath):
+            raise FileNotFoundError(_errno.ENOENT, "%s is not a placefs mount (no "
+                                    ".placefs/plan.json)" % self.mountpoint, ppath)
         self._ring_info = {}  # device (None: the first ring) -> RingInfo
         self._ring = {}  # device -> _RingMap
         self._lock = threading.Lock()
 
     def __repr__(self):
+        if self._plan is None:
+            return "Mount(%r: plan not read yet)" % (self.mountpoint,)
         return "Mount(%r: %d tensors)" % (self.mountpoint, len(self.tensors))
+
+    def _read_plan(self):
+        """The Plan, read once (ValueError for a malformed one, each time asked)."""
+        if self._plan is None:
+            with self._plan_lock:
+                if self._plan is None:
+                    self._plan = Plan(self.mountpoint)
+        return self._plan
+
+    @property
+    def tensors(self):
+        """The TensorInfo list of the plan, in checkpoint order (reads the plan)."""
+        return self._read_plan().tensors
+
+    @property
+    def source(self):
+        return self._read_plan().source
+
+    @property
+    def buffer_size(self):
+        return self._read_plan().buffer_size
+
+    @property
+    def ring_bytes(self):
+        return self._read_plan().ring_bytes
 
     @property
     def plan(self):
         """The whole .placefs/plan.json object (read when first asked for)."""
-        return self._plan.data
+        return self._read_plan().data
 
     def __enter__(self):
         return self
@@ -256,8 +295,15 @@ class Mount:
             self._ring = {}
 
     def tensor(self, name):
+        """The TensorInfo of `name`; KeyError when the mount has no such tensor."""
+        plan = self._plan
+        if plan is None:
+            t = _quick_lookup(self._dir, name)
+            if t is not None:
+                return t
+            plan = self._read_plan()
         try:
-            return self._by_name[name]
+            return plan.by_name[name]
         except KeyError:
             raise KeyError("tensor %r is not on the mount %s" % (name, self.mountpoint)) \
                 from None
@@ -270,17 +316,22 @@ class Mount:
         """An O_RDONLY descriptor of a tensor's file (the caller closes it)."""
         return os.open(self.path(name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
-    def ring_info(self, device=None):
-        """A ring (cached), asked through the first tensor file; None without tensors.
+    def ring_info(self, device=None, via=None):
+        """A ring (cached), asked through a tensor file; None without tensors.
 
         device None: the mount's first ring; else the ring of that device
         (CUDA ordinal, N of host:N), OSError(ENODEV) when the mount has none.
+        via: the TensorInfo whose file to ask through (borrow() passes the
+        tensor it stages, so the plan need not be read); by default the
+        plan's first gpu-placed tensor.
         """
         if device not in self._ring_info:
-            if not self.tensors:
-                return None
-            t = next((x for x in self.tensors if x.placement == "gpu"), self.tensors[0])
-            fd = self.open(t.name)
+            t = via
+            if t is None:
+                if not self.tensors:
+                    return None
+                t = next((x for x in self.tensors if x.placement == "gpu"), self.tensors[0])
+            fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             try:
                 self._ring_info[device] = ring_info(fd, device=device)
             except OSError as e:
@@ -299,10 +350,10 @@ class Mount:
         info = self.ring_info()
         return info.ndevices if info is not None else 0
 
-    def _ring_map(self, device=None):
+    def _ring_map(self, device=None, via=None):
         with self._lock:
             if device not in self._ring:
-                self._ring[device] = _RingMap(self.ring_info(device))
+                self._ring[device] = _RingMap(self.ring_info(device, via))
             return self._ring[device]
 
     def _slice_bytes(self, t, slice):
@@ -320,7 +371,7 @@ class Mount:
         """
         t = self.tensor(name)
         self._check_gpu(t)
-        fd = self.open(name)
+        fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             return stage(fd, "copy", dest, timeout_ns, what="tensor %r" % t.name, slice=slice,
                          device=device)
@@ -338,8 +389,8 @@ class Mount:
         t = self.tensor(name)
         self._check_gpu(t)
         want = self._slice_bytes(t, slice)
-        ring = self._ring_map(device)
-        fd = self.open(name)
+        ring = self._ring_map(device, t)
+        fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             r = stage(fd, "borrow", None, timeout_ns, what="tensor %r" % t.name, slice=slice,
                       device=device)

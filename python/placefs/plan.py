@@ -150,6 +150,44 @@ def _from_columns(c, path, d):
     return list(map(tuple.__new__, repeat(TensorInfo, n), rows))
 
 
+# The tensor attributes lookup() reads, all of a TensorInfo's fields but the path.
+_XATTRS = ("name", "source", "dtype", "shape", "nbytes", "offset", "placement", "index")
+
+
+def _plain(name):
+    """Whether the daemon's file name of `name` is `name` itself (lib/name.h)."""
+    return (isinstance(name, str) and 0 < len(name) <= 255 and name[0] != "." and
+            name.isascii() and name.isprintable() and "%" not in name and "/" not in name)
+
+
+def lookup(mount_dir, name):
+    """The TensorInfo of `name` from its file's user.placefs.* attributes, or None.
+
+    mount_dir is the mountpoint with a trailing separator. Only for a name
+    that is its own file name; None whenever this cannot say (another name,
+    no such file, no attributes, a value that does not parse): the plan
+    answers then. The file's user.placefs.name must be `name` itself.
+    """
+    if not _plain(name):
+        return None
+    path = mount_dir + name
+    try:
+        if os.getxattr(path, "user.placefs.name") != name.encode():
+            return None
+        v = {k: os.getxattr(path, "user.placefs." + k).decode() for k in _XATTRS[1:]}
+        shape = json.loads(v["shape"])
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    nums = (v["nbytes"], v["offset"], v["index"])
+    if (not all(x.isascii() and x.isdigit() for x in nums) or not isinstance(shape, list) or
+            not all(type(d) is int and d >= 0 for d in shape) or
+            v["placement"] not in ("gpu", "cpu")):
+        return None
+    nbytes, offset, index = map(int, nums)
+    return tuple.__new__(TensorInfo, (name, name, path, v["source"], v["dtype"], tuple(shape),
+                                      nbytes, offset, v["placement"], index))
+
+
 class Plan:
     """The parsed plan of a mount.
 

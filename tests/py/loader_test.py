@@ -137,6 +137,18 @@ def check_state_dict(sd, mnt, ref, limit, what, device="cpu"):
     check(from_json == m.tensors, "%s: columns.json and plan.json disagree" % what)
     check(list(sd) == names, "%s: keys not in checkpoint order" % what)
     check(set(names) == set(ref), "%s: plan names differ from the checkpoint's" % what)
+    # The quick way to one tensor (its file's attributes, no plan): the plan's
+    # entry exactly for a name that is its own file name, None (the plan
+    # answers) for one the daemon encodes.
+    d = os.path.join(mnt, "")
+    for t in m.tensors:
+        q = placefs.plan.lookup(d, t.name)
+        if t.filename == t.name:
+            check(q == t, "%s: %r by its attributes is %r, the plan says %r" % (what, t.name, q,
+                                                                              t))
+        else:
+            check(q is None, "%s: %r (file %r) found without the plan: %r" % (
+                what, t.name, t.filename, q))
     for t in m.tensors:
         v = sd.get(t.name)
         if not check(v is not None, "%s: %r missing" % (what, t.name)):
@@ -592,12 +604,12 @@ def plan_file_names():
                       "the bytes of %s" % (mode, name, fn))
         # A plan without file names is refused: the loader never encodes names.
         write_plan(d, [entry("x", 4)])
-        expect_raises(lambda: placefs.Mount(d), ValueError, "has no 'filename' member",
+        expect_raises(lambda: placefs.Mount(d).tensors, ValueError, "has no 'filename' member",
                       "plan.json without file names")
         # A file name that is not one name in the mount's directory is refused.
         for bad in ("../f-0", "", ".", "..", "a/b", 7):
             write_plan(d, [entry("x", 4, bad)])
-            expect_raises(lambda: placefs.Mount(d), ValueError, "not one name",
+            expect_raises(lambda: placefs.Mount(d).tensors, ValueError, "not one name",
                           "plan.json file name %r" % (bad,))
 
 
@@ -661,6 +673,16 @@ def seed(mnt, source, limit):
     check(large.placement == "cpu" and large.nbytes == 9 << 20, "large: %r" % (large,))
     ri = check_host_ring(m, "seed")
     ring = ring_map(ri)
+    # A fresh Mount borrows a tensor without reading the plan (#13: time to the first
+    # tensor); what is not on the mount is a KeyError, after the plan says so.
+    with placefs.Mount(mnt) as q:
+        with q.borrow("small") as b:
+            check(b.tobytes() == ref["small"][2], "Mount.borrow before the plan: bytes differ")
+        check(q._plan is None, "Mount.borrow('small') read the whole plan")
+        expect_raises(lambda: q.tensor("no-such-tensor"), KeyError, "not on the mount",
+                      "Mount.tensor of a missing name")
+        check(q._plan is not None and q.tensor("small") == small,
+              "after the plan was read, tensor('small') is %r" % (q.tensor("small"),))
 
     # Low level, copy mode into a shm of the test, at an offset.
     name, mm = make_shm(3 << 20)

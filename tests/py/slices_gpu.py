@@ -67,7 +67,8 @@ def _torch_ref():
 
 
 def reference(src):
-    """name -> the source tensor: load_file's torch tensor, or (dtype, shape, bytes) without torch."""
+    """name -> the source tensor: load_file's torch tensor, or (dtype, shape, bytes)
+    without torch."""
     if _torch_ref() is not None:
         from views_gpu import source_tensors
         return source_tensors(src)
