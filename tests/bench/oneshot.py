@@ -25,7 +25,8 @@ to the last tensor in place, and unmounts:
          into one fresh buffer (it runs before the mounts)
 
 One line per measurement: "NAME: ... GB/s". $ONESHOT_WORKERS (default 4) is
-the loaders' `workers`.
+the loaders' `workers`. torch is needed except for `--what first --device cpu`
+(a host ring: scripts/test's bench layer runs it so on the machine that runs CI).
 """
 import json
 import mmap
@@ -140,9 +141,10 @@ def main():
             sys.exit("usage: oneshot.py PLACEFS OPTS SOURCE MNT [--what load,iter,cpu] "
                      "[--device D]")
         args = args[2:]
-    import torch
     import placefs
-    torch.empty(1, device=device)
+    if device != "cpu" or what != ["first"]:
+        import torch
+        torch.empty(1, device=device)
 
     def sync():
         # --device cpu (a host mount, no GPU): nothing to wait for.
