@@ -10,8 +10,8 @@ than that is read alone).
 mode "copy" (the default, INSTANTTENSOR_COPY=1 or unset): every yielded
 tensor is owned by the consumer. Consecutive tensors are gathered into
 batches of at most window_bytes / 4 (a larger tensor is a batch alone; the
-first batch holds at most 16 MiB and each next twice the one before, so the
-first item comes early); a batch is one destination, a CUDA allocation for gpu-placed tensors on a
+first batch holds at most 16 MiB and 256 tensors and each next twice the one
+before, so the first item comes early); a batch is one destination, a CUDA allocation for gpu-placed tensors on a
 CUDA mount, else a shm object, filled by the daemon (STAGE copy through the
 ring for gpu-placed tensors, STAGE_READ by its reader threads for
 cpu-placed ones, or for all of them on a mount without staging) while the
@@ -44,8 +44,10 @@ from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _cpu_mode, _cu
 from .mount import Mount
 
 DEFAULT_WINDOW = 2 << 30
-# The first copy-mode batch at most (then doubling up to window_bytes / 4).
+# The first copy-mode batch at most, in bytes and in tensors (then each
+# doubling, the bytes up to window_bytes / 4).
 FIRST_BATCH = 16 << 20
+FIRST_BATCH_COUNT = 256
 
 
 class _Batch:
@@ -183,14 +185,14 @@ class _Stream:
         # before up to that cap, so the first item does not wait for a
         # quarter of the window to land.
         top = max(1, self.window // 4)
-        cap = min(top, FIRST_BATCH)
+        cap, count = min(top, FIRST_BATCH), FIRST_BATCH_COUNT
         cur, kind, size = [], None, 0
         for t in self.items:
             k = self._kind(t)
-            if cur and (k != kind or size + t.nbytes > cap):
+            if cur and (k != kind or size + t.nbytes > cap or len(cur) >= count):
                 yield _Batch(kind, cur)
                 cur, size = [], 0
-                cap = min(top, cap * 2)
+                cap, count = min(top, cap * 2), count * 2
             cur.append(t)
             kind = k
             size = _align(size, 256) + t.nbytes
