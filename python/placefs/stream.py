@@ -13,9 +13,9 @@ batches of at most window_bytes / 4 (a larger tensor is a batch alone; the
 first batch holds at most 16 MiB and 256 tensors and each next twice the one
 before, so the first item comes early); a batch is one destination, a CUDA
 allocation for gpu-placed tensors on a CUDA mount, else a shm object, filled
-by the daemon (STAGE copy through the ring for gpu-placed tensors, STAGE_READ by its reader threads for
-cpu-placed ones, or for all of them on a mount without staging) while the
-consumer works on the batch before. Tensors of one batch are views of its
+by the daemon (STAGE copy through the ring for gpu-placed tensors,
+STAGE_READ by its reader threads for cpu-placed ones, or for all of them on
+a mount without staging) while the consumer works on the batch before. Tensors of one batch are views of its
 destination, which lives as long as any of them does.
 
 mode "borrow" (INSTANTTENSOR_COPY=0): a gpu-placed tensor is a view of the
