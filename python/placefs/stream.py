@@ -15,8 +15,9 @@ before, so the first item comes early); a batch is one destination, a CUDA
 allocation for gpu-placed tensors on a CUDA mount, else a shm object, filled
 by the daemon (STAGE copy through the ring for gpu-placed tensors,
 STAGE_READ by its reader threads for cpu-placed ones, or for all of them on
-a mount without staging) while the consumer works on the batch before. Tensors of one batch are views of its
-destination, which lives as long as any of them does.
+a mount without staging) while the consumer works on the batch before.
+Tensors of one batch are views of its destination, which lives as long as
+any of them does.
 
 mode "borrow" (INSTANTTENSOR_COPY=0): a gpu-placed tensor is a view of the
 daemon's ring, valid until the consumer asks for the next item, as vLLM's
