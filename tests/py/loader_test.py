@@ -406,6 +406,7 @@ def offline():
                   "bad device")
     plan_file_names()
     plan_columns()
+    plan_lookup()
     default_device()
     torch_isolated()
     done("offline")
@@ -563,6 +564,53 @@ def plan_columns():
             f.write("{\"count\": ")
         expect_raises(lambda: placefs.plan.Plan(d), ValueError, "not valid JSON",
                       "truncated columns.json")
+
+
+def plan_lookup():
+    """plan.lookup: a tensor from its file's attributes, or None whenever they cannot say.
+
+    Files of a temporary directory carry hand-set user.placefs.* attributes (the
+    daemon's are checked against the plan in check_state_dict); skipped where the
+    file system has no user attributes.
+    """
+    good = {"name": b"w.0", "source": b"s.safetensors", "dtype": b"BF16", "shape": b"[2, 3]",
+            "nbytes": b"12", "offset": b"80", "placement": b"gpu", "index": b"4"}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "w.0")
+
+        def put(attrs):
+            if os.path.exists(path):
+                os.unlink(path)  # attributes outlive a truncation
+            with open(path, "wb"):
+                pass
+            for k, v in attrs.items():
+                os.setxattr(path, "user.placefs." + k, v)
+        try:
+            put(good)
+        except OSError as e:
+            if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+                print("plan_lookup: no user attributes on %s (%s); skipped" % (d, e))
+                return
+            raise
+        dd = os.path.join(d, "")
+        t = placefs.plan.lookup(dd, "w.0")
+        check(tuple(t or ()) == ("w.0", "w.0", path, "s.safetensors", "BF16", (2, 3), 12, 80,
+                                 "gpu", 4), "lookup of good attributes: %r" % (t,))
+        check(isinstance(t, placefs.TensorInfo), "lookup gives a TensorInfo")
+        # Each of these must leave the answer to the plan.
+        for change in ({"name": b"w.1"}, {"shape": b"[2, -3]"}, {"shape": b"{}"},
+                       {"shape": b"[2.0]"}, {"nbytes": b"-1"}, {"nbytes": b"1_2"},
+                       {"offset": b" 8"}, {"index": b"x"}, {"placement": b"disk"},
+                       {"dtype": b"\xff"}):
+            a = dict(good)
+            a.update(change)
+            put(a)
+            check(placefs.plan.lookup(dd, "w.0") is None, "lookup with %r: not None" % (change,))
+        put({k: v for k, v in good.items() if k != "index"})
+        check(placefs.plan.lookup(dd, "w.0") is None, "lookup without user.placefs.index")
+        # Names the daemon encodes, and names with no file, are never looked up.
+        for name in ("missing", ".w", "a/b", "100%", "tab\tname", "\u00e9", ""):
+            check(placefs.plan.lookup(dd, name) is None, "lookup of %r: not None" % (name,))
 
 
 def plan_file_names():
