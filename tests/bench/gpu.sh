@@ -13,9 +13,10 @@
 #   - last, tests/bench/first-pass.sh: a fresh mount for every configuration
 #     (limit 512 MiB and none, zero_copy on and off, several host_buffer
 #     sizes), the FIRST pass after the mount beside the second, time to the
-#     first tensor, pinned host memory, load_state_dict on a fresh mount
-#     (--no-first-pass skips it; --first-pass-configs LIST replaces its
-#     configurations). The placefs-stage figures above are the best of four
+#     first tensor, pinned host memory, load_state_dict on a fresh mount,
+#     then tests/bench/first-tensor.sh on a 51,027-tensor mixture of experts
+#     (--no-first-pass skips both; --first-pass-configs LIST replaces
+#     first-pass.sh's configurations). The placefs-stage figures above are the best of four
 #     passes on one mount, so warm ones.
 #
 #   tests/bench/gpu.sh [--layers N] [--limit SIZE] [--ring SIZE] [--disk-layers N]
@@ -183,4 +184,6 @@ if [ "$first_pass" = 1 ]; then
 	bench_work=
 	sh "$top/tests/bench/first-pass.sh" ${fp_configs:+--configs "$fp_configs"}
 	cat "$out/first-pass.txt" >>"$res"
+	# The first tensor of a mount of 51,027 tensors (the plan it need not read).
+	sh "$top/tests/bench/first-tensor.sh" --device cuda:0 --dir /dev/shm | tee -a "$res"
 fi
