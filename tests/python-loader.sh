@@ -86,6 +86,13 @@ out=$(tmo 30 "$PYTHON" -m placefs "$MP" --device cpu --mode borrow --verify --wo
 	fail "placefs-load --verify on the mixed mount: $out"
 umount_fs "$MP"
 
+# ---- a plan longer than the head of plan.json iter_weights starts from -----------------------
+tmo 20 "$MKCKPT" -q --seed 10 --tensor '.enc/od%d:F32:7' --random 1500 --max-bytes 4K \
+	--shards 3 --index bigplan || fail "mkckpt bigplan"
+mount_fs bigplan "$MP" -o buffer_size=2K,device=host
+tmo 120 $T bigplan "$MP" bigplan || fail "bigplan scenario"
+umount_fs "$MP"
+
 # ---- staging disabled, and a checkpoint with nothing to stage -----------------------------------
 mount_fs seed.safetensors "$MP" -o buffer_size=8M,device=none
 tmo 30 $T none "$MP" seed.safetensors || fail "device=none scenario"

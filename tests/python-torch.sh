@@ -75,4 +75,10 @@ mount_fs mixedmap "$MP" -o buffer_size=16K,device=host
 tmo 90 "$PYTHON" "$PYDIR/loader_test.py" cpumap "$MP" mixedmap 16384 \
 	model-00002-of-00003.safetensors || fail "cpumap scenario with torch"
 umount_fs "$MP"
+# iter_weights from the head of a long plan.json, cpu-placed tensors mapped (torch).
+tmo 20 "$MKCKPT" -q --seed 10 --tensor '.enc/od%d:F32:7' --random 1500 --max-bytes 4K \
+	--shards 3 --index bigplan || fail "mkckpt bigplan"
+mount_fs bigplan "$MP" -o buffer_size=2K,device=host
+tmo 120 "$PYTHON" "$PYDIR/loader_test.py" bigplan "$MP" bigplan || fail "bigplan scenario with torch"
+umount_fs "$MP"
 exit 0

@@ -22,7 +22,7 @@ import threading
 from . import _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, CUDA_IPC_HANDLE_BYTES,
                      HANDLE_CUDA_IPC, HANDLE_NONE, RingInfo, release, ring_info, stage)
-from .plan import Plan, lookup as _quick_lookup
+from .plan import Plan, TensorInfo, lookup as _quick_lookup
 
 # Bits per element of the dtypes whose elements are not whole bytes.
 _SUBBYTE_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
@@ -365,11 +365,13 @@ class Mount:
     def stage_into(self, name, dest, timeout_ns=0, slice=None, device=None):
         """Copy mode: stages one gpu-placed tensor (or its slice) into dest.
 
+        name: the tensor's name, or its TensorInfo (from this mount's plan).
+
         Returns the StageResult (its nbytes: the slice's, its device: the
         ring's). device=None: the mount's only device, or the one a CUDA IPC
         destination lives on.
         """
-        t = self.tensor(name)
+        t = name if isinstance(name, TensorInfo) else self.tensor(name)
         self._check_gpu(t)
         fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
@@ -381,12 +383,14 @@ class Mount:
     def borrow(self, name, timeout_ns=0, slice=None, device=None):
         """Borrow mode: stages one gpu-placed tensor and returns a Borrowed lease.
 
+        name: the tensor's name, or its TensorInfo (from this mount's plan).
+
         Use it as a context manager so the lease ends when the block does:
         the ring space stays taken (and later stages wait) until then.
         slice=(dim, start, len): only that part, compacted. device=N: the
         ring of device N, which a mount of several devices needs.
         """
-        t = self.tensor(name)
+        t = name if isinstance(name, TensorInfo) else self.tensor(name)
         self._check_gpu(t)
         want = self._slice_bytes(t, slice)
         ring = self._ring_map(device, t)

@@ -16,6 +16,7 @@ import errno as _errno
 import gc
 import json
 import os
+import re
 from itertools import chain, repeat
 from operator import itemgetter
 
@@ -187,6 +188,100 @@ def lookup(mount_dir, name):
     nbytes, offset, index = map(int, nums)
     return tuple.__new__(TensorInfo, (name, name, path, v["source"], v["dtype"], tuple(shape),
                                       nbytes, offset, v["placement"], index))
+
+
+# What head() reads of plan.json: about 500 entries of a typical checkpoint.
+HEAD_BYTES = 128 << 10
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def head(mountpoint, nbytes=HEAD_BYTES):
+    """The first entries of .placefs/plan.json, from its first `nbytes` only.
+
+    Returns (tensors, complete): the TensorInfo records of every entry that
+    lies whole in those bytes, in plan order, and whether that is all of the
+    plan; None when the bytes are not the daemon's plan.json as expected (the
+    whole plan then answers, and reports what is wrong). A streaming loader
+    starts on these while the whole plan is still to be read.
+    """
+    mountpoint = os.fspath(mountpoint)
+    path = os.path.join(mountpoint, ".placefs", "plan.json")
+    d = os.path.join(mountpoint, "")
+    try:
+        with open(path, "rb", buffering=0) as f:
+            raw = f.read(nbytes)
+    except OSError:
+        return None
+    # Cut a multibyte character the read split; anything else invalid is not ours.
+    for cut in range(4):
+        try:
+            text = raw[:len(raw) - cut].decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            continue
+    else:
+        return None
+    dec = json.JSONDecoder()
+    out = []
+    try:
+        pos = _WS.match(text, 0).end()
+        if text[pos:pos + 1] != "{":
+            return None
+        pos = _WS.match(text, pos + 1).end()
+        while True:  # the members before "tensors"
+            key, pos = dec.raw_decode(text, pos)
+            pos = _WS.match(text, pos).end()
+            if not isinstance(key, str) or text[pos:pos + 1] != ":":
+                return None
+            pos = _WS.match(text, pos + 1).end()
+            if key == "tensors":
+                break
+            _, pos = dec.raw_decode(text, pos)
+            pos = _WS.match(text, pos).end()
+            if text[pos:pos + 1] != ",":
+                return None
+            pos = _WS.match(text, pos + 1).end()
+        if text[pos:pos + 1] != "[":
+            return None
+        pos = _WS.match(text, pos + 1).end()
+        if text[pos:pos + 1] == "]":
+            return out, True
+        while True:
+            try:
+                e, pos = dec.raw_decode(text, pos)
+            except ValueError:
+                if len(raw) < nbytes:
+                    return None  # the whole file, yet an entry does not parse
+                return out, False  # cut by the end of the bytes read
+            out.append(TensorInfo(mountpoint, len(out), e, d))
+            pos = _WS.match(text, pos).end()
+            c = text[pos:pos + 1]
+            if c == "]":
+                return out, True
+            if c != ",":
+                if not c and len(raw) == nbytes:
+                    return out, False
+                return None
+            pos = _WS.match(text, pos + 1).end()
+    except ValueError:
+        return None
+
+
+def layout_counts(mountpoint):
+    """(gpu count, cpu count, bytes of both) from .placefs/layout.json, or None.
+
+    None when the file is missing or not as this daemon writes it.
+    """
+    try:
+        with open(os.path.join(os.fspath(mountpoint), ".placefs", "layout.json"), "rb") as f:
+            lay = json.loads(f.read())
+        g, c = lay["gpu"], lay["cpu"]
+        out = (g["count"], c["count"], g["bytes"] + c["bytes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not all(type(x) is int and x >= 0 for x in out):
+        return None
+    return out
 
 
 class Plan:

@@ -19,6 +19,11 @@ a mount without staging) while the consumer works on the batch before.
 Tensors of one batch are views of its destination, which lives as long as
 any of them does.
 
+On a fresh mount the first items come from the head of .placefs/plan.json
+(placefs.plan.head) and the rest of the plan is read when the iteration
+reaches it, so a plan of tens of thousands of tensors does not delay the
+first item; copy mode hands the first batch out before forming the next.
+
 mode "borrow" (INSTANTTENSOR_COPY=0): a gpu-placed tensor is a view of the
 daemon's ring, valid until the consumer asks for the next item, as vLLM's
 ring views are; the lease ends then. One lease is taken ahead of the
@@ -38,6 +43,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _mapsrc, _torch
+from . import plan as _plan
 from ._ioctl import BACKEND_CUDA, BACKEND_NONE, Destination, stage
 from .loader import (PlacedTensor, _align, _batch_chunk, _chunks, _cpu_mode, _cut_raw,
                      _parse_device, _layout, _read_into, _shard_plan, _ShardView, _ShmDest,
@@ -83,13 +89,45 @@ class _Batch:
             raise first
 
 
+class _PlanItems:
+    """The plan's tensors in order: the head of plan.json first, then the rest of the
+    whole plan, read when the iteration gets there (and checked to begin with the head).
+    """
+
+    def __init__(self, mount, head, complete):
+        self.mount = mount
+        self.head = head
+        self.complete = complete
+
+    def __iter__(self):
+        yield from self.head
+        if self.complete:
+            return
+        full = self.mount.tensors
+        n = len(self.head)
+        if full[:n] != self.head:
+            raise OSError(_errno.EPROTO, "%s: .placefs/plan.json's first %d entries are not "
+                          "the plan's" % (self.mount.mountpoint, n))
+        yield from full[n:]
+
+
 class _Stream:
     def __init__(self, mountpoint, device, mode, workers, timeout_ns, window_bytes, progress,
                  shard=None, cpu=None):
         self.cpu = _cpu_mode(cpu)
         self.own_mount = not isinstance(mountpoint, Mount)
         self.mount = Mount(mountpoint) if self.own_mount else mountpoint
-        self.shard = _shard_plan(self.mount.tensors, shard)
+        # A fresh mount's first entries come from the head of plan.json, so the
+        # first items do not wait for the whole plan (tens of thousands of
+        # entries); the rest of the plan is read when the items reach it.
+        early = counts = None
+        if shard is None and self.mount._plan is None:
+            h, counts = _plan.head(self.mount.mountpoint), _plan.layout_counts(
+                self.mount.mountpoint)
+            if h is not None and counts is not None and h[0] and \
+                    (not h[1] or len(h[0]) == counts[0] + counts[1]):
+                early = _PlanItems(self.mount, h[0], h[1])
+        self.shard = _shard_plan(self.mount.tensors, shard) if shard is not None else {}
         self.ring_device = None
         self.mode = copy_mode_from_env() if mode is None else mode
         if self.mode not in ("copy", "borrow"):
@@ -105,11 +143,16 @@ class _Stream:
         self.progress = None
         if progress:
             from ._progress import Progress
-            self.progress = Progress(sum(t.nbytes for t in self.mount.tensors),
+            self.progress = Progress(counts[2] if early is not None else
+                                     sum(t.nbytes for t in self.mount.tensors),
                                      label=os.path.basename(
                                          self.mount.mountpoint.rstrip("/")) or "load")
-        ri = self.mount.ring_info() if any(
-            t.placement == "gpu" for t in self.mount.tensors) else None
+        if early is not None:
+            via = next((t for t in early.head if t.placement == "gpu"), None)
+            ri = self.mount.ring_info(via=via) if counts[0] else None
+        else:
+            ri = self.mount.ring_info() if any(
+                t.placement == "gpu" for t in self.mount.tensors) else None
         self.staged = ri is not None and ri.backend != BACKEND_NONE
         if ri is not None and ri.ndevices > 1:
             # A mount of several rings: this process's device's, or the rank's.
@@ -122,9 +165,12 @@ class _Stream:
             ri = self.mount.ring_info(self.ring_device)
         # What the consumer gets: gpu-placed parts are staged as slices, the
         # other parts (cpu-placed, or no staging) are read whole and cut.
-        self.items = [_ShardView(t, self.shard[t.name])
-                      if t.name in self.shard and t.placement == "gpu" and self.staged else t
-                      for t in self.mount.tensors]
+        if early is not None:
+            self.items = early
+        else:
+            self.items = [_ShardView(t, self.shard[t.name])
+                          if t.name in self.shard and t.placement == "gpu" and self.staged else t
+                          for t in self.mount.tensors]
         if self.dev_kind == "auto":
             if ri is not None and ri.backend == BACKEND_CUDA and self.torch is not None and \
                     self.torch.cuda.is_available():
@@ -142,7 +188,8 @@ class _Stream:
         # .placefs/shards.json, read once for every batch to map (None: each batch
         # reads it again, and gets the same refusal or the file a later daemon wrote).
         self.shards = None
-        if self.map_cpu and any(t.placement == "cpu" for t in self.items):
+        if self.map_cpu and (counts[1] if early is not None else
+                             any(t.placement == "cpu" for t in self.items)):
             try:
                 self.shards = _mapsrc.read_shards(self.mount.mountpoint)
             except _mapsrc.Refused:
@@ -312,16 +359,24 @@ class _Stream:
         batches = self._batches()
         nxt = next(batches, None)
         ahead = 0
+        # Items from the head of plan.json: the first batch is handed out before
+        # the next is formed, as forming it may read the whole plan.
+        hold = isinstance(self.items, _PlanItems) and not self.items.complete
+        later = False  # the next batch is formed once the first is handed out
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             try:
                 while True:
                     # Keep at most `window` bytes being filled ahead of the consumer: a
                     # batch starts when it fits beside those in flight, or alone.
-                    while nxt is not None and (not pending or
-                                               ahead + nxt.nbytes <= self.window):
+                    while not later and nxt is not None and (
+                            not pending or ahead + nxt.nbytes <= self.window):
                         self._start(nxt, pool)
                         pending.append(nxt)
                         ahead += nxt.nbytes
+                        nxt = None
+                        if hold:
+                            hold, later = False, True
+                            break
                         nxt = next(batches, None)
                     if not pending:
                         return
@@ -330,6 +385,9 @@ class _Stream:
                     items = self._finish(b)
                     for item in items:
                         yield item
+                    if later:
+                        later = False
+                        nxt = next(batches, None)
             finally:
                 # Memory handed to the daemon is freed only once no stage into it runs.
                 for b in pending:
@@ -360,7 +418,9 @@ class _Stream:
                             return
                     if t.placement == "gpu" and self.staged and t.nbytes:
                         try:
-                            item = ("lease", t, m.borrow(t.name, self.timeout_ns,
+                            # The plan's record itself: no lookup by name.
+                            who = t._t if isinstance(t, _ShardView) else t
+                            item = ("lease", t, m.borrow(who, self.timeout_ns,
                                                          slice=getattr(t, "slice", None),
                                                          device=self.ring_device))
                         except BaseException as e:  # noqa: BLE001 - handed to the consumer
@@ -372,6 +432,13 @@ class _Stream:
                         lock.notify_all()
                         if item[0] == "error":
                             return
+                with lock:
+                    q.append(("end", None, None))
+                    lock.notify_all()
+            except BaseException as e:  # noqa: BLE001 - the plan's rest failed: the consumer's
+                with lock:
+                    q.append(("error", None, e))
+                    lock.notify_all()
             finally:
                 with lock:
                     state["done"] = True
@@ -381,7 +448,7 @@ class _Stream:
         th.start()
         current = None
         try:
-            for _ in m.tensors:
+            while True:
                 if current is not None:
                     current.release()
                     current = None
@@ -392,6 +459,8 @@ class _Stream:
                         raise RuntimeError("placefs: the leasing thread ended early")
                     kind, t, val = q.popleft()
                     lock.notify_all()
+                if kind == "end":
+                    break
                 if kind == "error":
                     raise val
                 if kind == "lease":

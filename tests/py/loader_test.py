@@ -990,6 +990,46 @@ def mixed(mnt, source, limit):
     done("mixed")
 
 
+def bigplan(mnt, source):
+    """iter_weights on a plan longer than the head of plan.json it starts from.
+
+    The first item comes before the whole plan is read; every item, in plan
+    order, holds the checkpoint's bytes, in copy and borrow mode.
+    """
+    ref = reference(source)
+    full = placefs.Mount(mnt).tensors
+    h = placefs.plan.head(mnt)
+    if check(h is not None, "bigplan: plan.head gave None"):
+        check(not h[1] and 0 < len(h[0]) < len(full), "bigplan: the head holds %d of %d "
+              "entries, complete=%r" % (len(h[0]), len(full), h[1]))
+        check(h[0] == full[:len(h[0])], "bigplan: the head's entries are not the plan's")
+        check(placefs.plan.head(mnt, 1 << 30) == (full, True),
+              "bigplan: a head of the whole file is not the whole plan")
+    names = [t.name for t in full]
+    for mode in ("copy", "borrow"):
+        for cpu in (None, "read"):
+            what = "bigplan iter_weights mode=%s cpu=%s" % (mode, cpu)
+            m = placefs.Mount(mnt)
+            it = placefs.iter_weights(m, device="cpu", mode=mode, cpu=cpu)
+            got = []
+            for name, v in it:
+                if not got:
+                    check(m._plan is None, "%s: the whole plan was read before the first "
+                          "item" % what)
+                dt, shape, want = ref[name]
+                check(same_bytes(v, want), "%s: %r differs from the checkpoint" % (what, name))
+                got.append(name)
+            check(got == names, "%s: %d items, not the plan's %d in order" % (
+                what, len(got), len(names)))
+            m.close()
+    # The rest of the plan must begin with the head it followed.
+    tail = placefs.stream._PlanItems(placefs.Mount(mnt), list(reversed(full[:3])), False)
+    expect_raises(lambda: list(tail), OSError, "first 3 entries are not the plan's",
+                  "a head that is not the plan's")
+    check_no_leases(mnt, "bigplan")
+    done("bigplan")
+
+
 def cpumap(mnt, source, limit, loose):
     """cpu="auto" / "map" / "read" with torch: the mapped results are the source's bytes,
     private (a write stays in this process), and a shard that is not the file the daemon
@@ -1181,4 +1221,5 @@ def cpuonly(mnt, source):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"abi": abi, "offline": offline, "seed": seed, "wrap": wrap, "wrapfull": wrapfull,
-     "mixed": mixed, "none": none, "cpuonly": cpuonly, "cpumap": cpumap}[cmd](*args)
+     "mixed": mixed, "none": none, "cpuonly": cpuonly, "cpumap": cpumap,
+     "bigplan": bigplan}[cmd](*args)
