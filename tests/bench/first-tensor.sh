@@ -10,7 +10,8 @@
 # first tensor does not wait for.
 #
 # --device cpu (the default): a host ring, no torch needed (scripts/test's
-# bench layer). --device cuda:0 on a GPU machine (the mount's default device).
+# bench layer). --device cuda:0 on a GPU machine (the mount's default device),
+# which also times iter_weights' first item (oneshot.py iter) on a fresh mount.
 #
 #   tests/bench/first-tensor.sh [--moe L:H:E:I:V] [--repeat N] [--device D] [--dir DIR]
 . "$(dirname "$0")/common.sh"
@@ -28,9 +29,10 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+# With a GPU (torch there) also iter_weights' first item on a fresh mount.
 case $device in
-cpu) opts=device=host ;;
-*) opts=device=$device ;;
+cpu) opts=device=host what=first ;;
+*) opts=device=$device what=first,iter ;;
 esac
 bench_work=$(mktemp -d "$dir/placefs-first.XXXXXX")
 src=$bench_work/ckpt
@@ -42,13 +44,16 @@ echo "first-tensor: --moe $moe ($(ls "$src" | wc -l) files), -o $opts, --device 
 i=0
 while [ $i -lt "$repeat" ]; do
 	PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$top/tests/bench/oneshot.py" \
-		"$PLACEFS" "$opts" "$src" "$mnt" --what first --device "$device" | tee -a "$bench_work/lines"
+		"$PLACEFS" "$opts" "$src" "$mnt" --what "$what" --device "$device" | tee -a "$bench_work/lines"
 	i=$((i + 1))
 done
 python3 - "$bench_work/lines" <<'PY'
 import re, statistics, sys
-first, plan = [], []
+first, plan, items = [], [], []
 for l in open(sys.argv[1]):
+    m = re.search(r"the first item ([0-9.]+) ms after it", l)
+    if m:
+        items.append(float(m.group(1)))
     m = re.search(r" ([0-9.]+) ms after the mount returned \(without reading the plan; the whole "
                   r"plan of ([0-9]+) tensors then read in ([0-9.]+) ms", l)
     if m:
@@ -61,4 +66,7 @@ print("first-tensor: median %.1f ms to the first tensor (%s); the whole plan of 
       "%.1f ms (%s): %.1f x" % (statistics.median(first), ", ".join("%.1f" % x for x in first), n,
                                 statistics.median(plan), ", ".join("%.1f" % x for x in plan),
                                 statistics.median(plan) / statistics.median(first)))
+if items:
+    print("first-tensor: iter_weights' first item, median %.1f ms (%s)"
+          % (statistics.median(items), ", ".join("%.1f" % x for x in items)))
 PY
