@@ -407,6 +407,7 @@ def offline():
     plan_file_names()
     plan_columns()
     plan_lookup()
+    plan_head()
     default_device()
     torch_isolated()
     done("offline")
@@ -564,6 +565,50 @@ def plan_columns():
             f.write("{\"count\": ")
         expect_raises(lambda: placefs.plan.Plan(d), ValueError, "not valid JSON",
                       "truncated columns.json")
+
+
+def plan_head():
+    """plan.head on every prefix of a hand-written plan.json: the entries that lie whole
+    in the bytes read, in order, complete only when the list closed; None for what is not
+    a plan; never an exception."""
+    key = placefs.plan.FILE_NAME_KEY
+    with tempfile.TemporaryDirectory() as d:
+        ents = [{"name": n, key: f, "file": "s.safetensors", "dtype": "U8", "shape": [k],
+                 "nbytes": k, "offset": 8 + k, "placement": "gpu" if k < 3 else "cpu"}
+                for n, f, k in (("a", "a", 1), ("b/\u00e9", "b%2F\u00e9", 2), ("c", "c", 5))]
+        write_plan(d, ents)
+        path = os.path.join(d, ".placefs", "plan.json")
+        with open(path, "rb") as f:
+            data = f.read()
+        full = [placefs.TensorInfo(d, i, e) for i, e in enumerate(ents)]
+        check(placefs.plan.head(d) == (full, True), "head of a whole plan.json: %r"
+              % (placefs.plan.head(d),))
+        bad = []
+        for n in range(1, len(data) + 1):
+            try:
+                h = placefs.plan.head(d, n)
+            except Exception as e:  # noqa: BLE001 - the property under test
+                bad.append("%d bytes: %r" % (n, e))
+                continue
+            if h is None:
+                continue
+            got, complete = h
+            if got != full[:len(got)] or complete != (got == full and n >= data.rindex(b"]") + 1):
+                bad.append("%d bytes: %r, complete=%r" % (n, got, complete))
+        check(not bad, "plan.head on prefixes: %s" % "; ".join(bad[:3]))
+        # Where the file is whole, an entry that does not parse or is malformed is None.
+        for text in (b"", b"[]", b'{"tensors": {}}', b'{"tensors": [1]}', b'{"tensors": [}',
+                     b'{"x": 1 "tensors": []}', b"\xff\xfe", b'{"tensors": [{"name": "a"}]}'):
+            with open(path, "wb") as f:
+                f.write(text)
+            try:
+                h = placefs.plan.head(d)
+            except Exception as e:  # noqa: BLE001 - the property under test
+                h = e
+            check(h is None, "plan.head of %r: %r, not None" % (text, h))
+        with open(path, "wb") as f:
+            f.write(b'{"source": "x", "tensors": []}')
+        check(placefs.plan.head(d) == ([], True), "plan.head of an empty plan")
 
 
 def plan_lookup():
