@@ -147,6 +147,7 @@ class _Stream:
                                      sum(t.nbytes for t in self.mount.tensors),
                                      label=os.path.basename(
                                          self.mount.mountpoint.rstrip("/")) or "load")
+        via = None  # the tensor file ring_info asks through (None: the plan's first)
         if early is not None:
             via = next((t for t in early.head if t.placement == "gpu"), None)
             ri = self.mount.ring_info(via=via) if counts[0] else None
@@ -162,7 +163,7 @@ class _Stream:
                 self.ring_device = int(shard[0])
             else:
                 self.ring_device = ri.device
-            ri = self.mount.ring_info(self.ring_device)
+            ri = self.mount.ring_info(self.ring_device, via=via)
         # What the consumer gets: gpu-placed parts are staged as slices, the
         # other parts (cpu-placed, or no staging) are read whole and cut.
         if early is not None:
