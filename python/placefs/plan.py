@@ -209,7 +209,12 @@ def head(mountpoint, nbytes=HEAD_BYTES):
     d = os.path.join(mountpoint, "")
     try:
         with open(path, "rb", buffering=0) as f:
-            raw = f.read(nbytes)
+            raw = b""
+            while len(raw) < nbytes:  # a short read is not the end of the file
+                more = f.read(nbytes - len(raw))
+                if not more:
+                    break
+                raw += more
     except OSError:
         return None
     # Cut a multibyte character the read split; anything else invalid is not ours.
