@@ -139,7 +139,9 @@ class _Stream:
         if self.window <= 0:
             raise ValueError("window_bytes must be positive, got %r" % (window_bytes,))
         self.torch = _torch.get()
-        self._state = {}  # whether the daemon serves STAGE_BATCH
+        # Whether the daemon serves STAGE_BATCH, per mode: a read batch that
+        # landed says nothing of a copy batch (loader._batch_chunk).
+        self._state = {"copy": {}, "read": {}}
         self.progress = None
         if progress:
             from ._progress import Progress
@@ -164,6 +166,9 @@ class _Stream:
             else:
                 self.ring_device = ri.device
             ri = self.mount.ring_info(self.ring_device, via=via)
+            # A batch request names no device, which such a mount requires of a
+            # stage: gpu-placed tensors go one request each, with the device.
+            self._state["copy"]["batch"] = False
         # What the consumer gets: gpu-placed parts are staged as slices, the
         # other parts (cpu-placed, or no staging) are read whole and cut.
         if early is not None:
@@ -293,7 +298,8 @@ class _Stream:
                 b.futures.append(pool.submit(
                     _batch_chunk, c, Destination.cuda_ipc(handle, 0, size), "copy",
                     self.timeout_ns, self._tick, lambda t, o, h=handle, n=size:
-                    self._stage_one(t, Destination.cuda_ipc(h, o, n), "copy"), self._state))
+                    self._stage_one(t, Destination.cuda_ipc(h, o, n), "copy"),
+                    self._state["copy"]))
             b.flat = b.buf
             return
         b.buf = _ShmDest(b.nbytes)
@@ -303,7 +309,7 @@ class _Stream:
             b.futures.append(pool.submit(
                 _batch_chunk, c, shm.dest(0), how, self.timeout_ns, self._tick,
                 lambda t, o: (self._stage_one if how == "copy" else self._read_one)(
-                    t, shm.dest(o), how), self._state))
+                    t, shm.dest(o), how), self._state[how]))
 
     def _read_one(self, t, dest, how):
         _read_into(t, dest, self.timeout_ns)
