@@ -140,7 +140,9 @@ class _Stream:
             raise ValueError("window_bytes must be positive, got %r" % (window_bytes,))
         self.torch = _torch.get()
         # Whether the daemon serves STAGE_BATCH, per mode: a read batch that
-        # landed says nothing of a copy batch (loader._batch_chunk).
+        # landed says nothing of a copy batch, which a mount of several rings
+        # refuses (a batch names no device), so copies there fall back to one
+        # request each (loader._batch_chunk).
         self._state = {"copy": {}, "read": {}}
         self.progress = None
         if progress:
@@ -166,9 +168,6 @@ class _Stream:
             else:
                 self.ring_device = ri.device
             ri = self.mount.ring_info(self.ring_device, via=via)
-            # A batch request names no device, which such a mount requires of a
-            # stage: gpu-placed tensors go one request each, with the device.
-            self._state["copy"]["batch"] = False
         # What the consumer gets: gpu-placed parts are staged as slices, the
         # other parts (cpu-placed, or no staging) are read whole and cut.
         if early is not None:
