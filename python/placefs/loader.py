@@ -13,8 +13,6 @@ and their results.
 """
 
 import errno as _errno
-import gc
-import json
 import mmap
 import os
 import secrets
@@ -31,8 +29,9 @@ from operator import attrgetter
 from . import _mapsrc, _torch
 from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, PACK_ALIGN,
                      _IOC_ERRORS, Destination, ring_info, stage, stage_batch)
-from ._util import warn_once
+from ._util import gc_paused, warn_once
 from .mount import Mount, _read_file, shard_slice, slice_nbytes, slice_shape
+from .plan import read_layout
 
 # Tensor parallelism (shard=(rank, world, dims)): which dimension each weight
 # of a Llama-style checkpoint (Llama, Mistral, Qwen2) is split along. Column-
@@ -486,15 +485,14 @@ class _Early:
     @classmethod
     def start(cls, mountpoint, torch, dev_index, workers, timeout_ns):
         mountpoint = os.fspath(mountpoint)
+        lay = read_layout(mountpoint)
         try:
-            with open(os.path.join(mountpoint, ".placefs", "layout.json"), "rb") as f:
-                lay = json.loads(f.read())
             gpu, first = lay["gpu"], lay["first"]
             packed, count = int(gpu["packed"]), int(gpu["count"])
             n = count + int(lay["cpu"]["count"])
             if lay["align"] != PACK_ALIGN or not isinstance(first, str) or "/" in first:
                 return None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return None  # not this daemon's layout.json: the usual way reports what is wrong
         if count == 0 or packed <= 0:
             return None
@@ -1079,28 +1077,25 @@ def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=F
     # the second; full collections over the new objects are the likely cause,
     # not measured apart. It runs again afterwards, as it did before (a caller
     # that had turned it off keeps it off).
-    gc_on = gc.isenabled()
-    gc.disable()
     early = None
-    try:
-        early = _start_early(mountpoint, device, mode, workers, timeout_ns, shard)
-        ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress, shard, cpu)
-        ld.early = early
+    with gc_paused():
         try:
-            sd = ld.run()
-        finally:
-            if not isinstance(mountpoint, Mount):
-                ld.mount.close()
-    finally:
-        if early is not None:
-            # Not used (an error, or a path that did not take it): the daemon
-            # must be done with the buffer before it is freed.
+            early = _start_early(mountpoint, device, mode, workers, timeout_ns, shard)
+            ld = _Loader(mountpoint, device, mode, workers, timeout_ns, progress, shard, cpu)
+            ld.early = early
             try:
-                early.finish()
-            except OSError:
-                pass
-        if gc_on:
-            gc.enable()
+                sd = ld.run()
+            finally:
+                if not isinstance(mountpoint, Mount):
+                    ld.mount.close()
+        finally:
+            if early is not None:
+                # Not used (an error, or a path that did not take it): the daemon
+                # must be done with the buffer before it is freed.
+                try:
+                    early.finish()
+                except OSError:
+                    pass
     # Only the caller's dict may keep the results (and their buffers) alive.
     ld.raw.clear()
     ld.out.clear()

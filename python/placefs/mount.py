@@ -308,13 +308,19 @@ class Mount:
             raise KeyError("tensor %r is not on the mount %s" % (name, self.mountpoint)) \
                 from None
 
+    def _info(self, name):
+        """name's TensorInfo; a TensorInfo (from this mount's plan) as it is."""
+        return name if isinstance(name, TensorInfo) else self.tensor(name)
+
     def path(self, name):
         """The path of a tensor's file on the mount."""
         return self.tensor(name).path
 
     def open(self, name):
-        """An O_RDONLY descriptor of a tensor's file (the caller closes it)."""
-        return os.open(self.path(name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        """An O_RDONLY descriptor of a tensor's file (the caller closes it).
+
+        name: the tensor's name, or its TensorInfo."""
+        return os.open(self._info(name).path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
     def ring_info(self, device=None, via=None):
         """A ring (cached), asked through a tensor file; None without tensors.
@@ -331,7 +337,7 @@ class Mount:
                 if not self.tensors:
                     return None
                 t = next((x for x in self.tensors if x.placement == "gpu"), self.tensors[0])
-            fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = self.open(t)
             try:
                 self._ring_info[device] = ring_info(fd, device=device)
             except OSError as e:
@@ -371,9 +377,9 @@ class Mount:
         ring's). device=None: the mount's only device, or the one a CUDA IPC
         destination lives on.
         """
-        t = name if isinstance(name, TensorInfo) else self.tensor(name)
+        t = self._info(name)
         self._check_gpu(t)
-        fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = self.open(t)
         try:
             return stage(fd, "copy", dest, timeout_ns, what="tensor %r" % t.name, slice=slice,
                          device=device)
@@ -390,11 +396,11 @@ class Mount:
         slice=(dim, start, len): only that part, compacted. device=N: the
         ring of device N, which a mount of several devices needs.
         """
-        t = name if isinstance(name, TensorInfo) else self.tensor(name)
+        t = self._info(name)
         self._check_gpu(t)
         want = self._slice_bytes(t, slice)
         ring = self._ring_map(device, t)
-        fd = os.open(t.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = self.open(t)
         try:
             r = stage(fd, "borrow", None, timeout_ns, what="tensor %r" % t.name, slice=slice,
                       device=device)

@@ -13,12 +13,13 @@ result, so this module does not encode names itself.
 """
 
 import errno as _errno
-import gc
 import json
 import os
 import re
 from itertools import chain, repeat
 from operator import itemgetter
+
+from ._util import gc_paused
 
 # The member of a tensor entry that holds its encoded file name on the mount.
 FILE_NAME_KEY = "filename"
@@ -180,14 +181,19 @@ def lookup(mount_dir, name):
         shape = json.loads(v["shape"])
     except (OSError, ValueError, UnicodeDecodeError):
         return None
+    # Stricter than a plan entry's int(): decimal digits and JSON integers only.
     nums = (v["nbytes"], v["offset"], v["index"])
-    if (not all(x.isascii() and x.isdigit() for x in nums) or not isinstance(shape, list) or
-            not all(type(d) is int and d >= 0 for d in shape) or
-            v["placement"] not in ("gpu", "cpu")):
+    if not all(x.isascii() and x.isdigit() for x in nums) or not isinstance(shape, list) or \
+            not all(type(d) is int for d in shape):
         return None
     nbytes, offset, index = map(int, nums)
-    return tuple.__new__(TensorInfo, (name, name, path, v["source"], v["dtype"], tuple(shape),
-                                      nbytes, offset, v["placement"], index))
+    entry = {"name": name, "file": v["source"], "dtype": v["dtype"], "shape": shape,
+             "nbytes": nbytes, "offset": offset, "placement": v["placement"],
+             FILE_NAME_KEY: name}
+    try:
+        return TensorInfo(mount_dir, index, entry, mount_dir)  # a plan entry's checks
+    except ValueError:
+        return None
 
 
 # What head() reads of plan.json: about 500 entries of a typical checkpoint.
@@ -272,17 +278,26 @@ def head(mountpoint, nbytes=HEAD_BYTES):
         return None
 
 
+def read_layout(mountpoint):
+    """.placefs/layout.json's object (a few hundred bytes), or None when it cannot
+    be read or is not JSON: the whole plan then answers, and says what is wrong."""
+    try:
+        with open(os.path.join(os.fspath(mountpoint), ".placefs", "layout.json"), "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def layout_counts(mountpoint):
     """(gpu count, cpu count, bytes of both) from .placefs/layout.json, or None.
 
     None when the file is missing or not as this daemon writes it.
     """
+    lay = read_layout(mountpoint)
     try:
-        with open(os.path.join(os.fspath(mountpoint), ".placefs", "layout.json"), "rb") as f:
-            lay = json.loads(f.read())
         g, c = lay["gpu"], lay["cpu"]
         out = (g["count"], c["count"], g["bytes"] + c["bytes"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
     if not all(type(x) is int and x >= 0 for x in out):
         return None
@@ -299,17 +314,10 @@ class Plan:
     """
 
     def __init__(self, mountpoint):
-        # The parse makes a few objects per tensor and none of them cycles: the
-        # cyclic collector, run every 700 of them, would walk every object of
-        # the process each time it reaches its oldest generation (with torch
-        # imported, a plan of 51,027 tensors took twice as long).
-        was = gc.isenabled()
-        gc.disable()
-        try:
+        # A few objects per tensor and no cycles: with torch imported, a plan
+        # of 51,027 tensors took twice as long with the collector running.
+        with gc_paused():
             self._parse(os.fspath(mountpoint))
-        finally:
-            if was:
-                gc.enable()
 
     def _parse(self, mountpoint):
         self.mountpoint = mountpoint
