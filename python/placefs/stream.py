@@ -70,8 +70,10 @@ class _Batch:
         self.buf = None     # torch CUDA tensor or _ShmDest
         self.export = None  # the IPC export context of a CUDA buffer
         self.flat = None    # what views are cut from
-        self.mapped = {}    # "map": name -> (flat uint8 view of a shard's mapping, offset)
-        self.read_offs = {}  # "map": name -> offset in buf, for those read instead
+        # "map": [(tensors, offsets, flat uint8 view of a shard's mapping)], and
+        # [(tensors, offsets in buf)] for those read instead
+        self.mapped = []
+        self.read = []
 
     def wait(self):
         """Waits for every stage of the batch; raises the first error after all ended."""
@@ -220,6 +222,13 @@ class _Stream:
                     torch.empty(0, dtype=torch.uint8)
         return _torch.typed(torch, t, raw)
 
+    def _views(self, flat, tensors, offs):
+        """The results of tensors at offs of flat (a uint8 torch tensor), in host memory:
+        in bulk (_torch.typed_views), or one by one when a rank's part is cut out."""
+        if self.shard:
+            return [self._result(t, flat[o:o + t.nbytes], "cpu") for t, o in zip(tensors, offs)]
+        return _torch.typed_views(self.torch, flat, tensors, offs)
+
     def _tick(self, n):
         if self.progress is not None:
             self.progress.update(n)
@@ -269,15 +278,14 @@ class _Stream:
         own), then reads the rest into a shm buffer of their own layout."""
         res = _mapsrc.map_tensors(self.mount.mountpoint, b.tensors, self.cpu, self.torch,
                                   None, self._tick, self.shards)
-        for ts, offs, flat in res.mapped:
-            b.mapped.update(zip([t.name for t in ts], zip([flat] * len(ts), offs)))
+        b.mapped = res.mapped
         if res.left:
             offs, size = _layout(res.left, 256)
             b.buf = _ShmDest(size)
             for t, o in zip(res.left, offs):
                 if t.nbytes:
                     self._read_one(t, b.buf.dest(o), "read")
-            b.read_offs = dict(zip([t.name for t in res.left], offs))
+            b.read = [(res.left, offs)]
 
     def _start(self, b, pool):
         """Allocates b's destination and submits its stages."""
@@ -332,26 +340,26 @@ class _Stream:
                 out.append((t.name, self._result(t, b.buf[o:o + t.nbytes], dev)))
             return out
         shm = b.buf
-        if b.kind == "map":
-            flat = None
-            if shm is not None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
-            for t in b.tensors:
-                raw, o = b.mapped.get(t.name) or (flat, b.read_offs[t.name])
-                out.append((t.name, self._result(t, raw[o:o + t.nbytes], "cpu")))
-            return out
-        if self.torch is not None:
+        flat = None
+        if shm is not None and self.torch is not None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 flat = self.torch.frombuffer(shm.mm, dtype=self.torch.uint8)
-            for t, o in zip(b.tensors, b.offs):
-                v = self._result(t, flat[o:o + t.nbytes], "cpu")
-                if self.to_cuda and t.placement == "gpu":
-                    # No CUDA ring (host ring or no staging): the bytes go up from here.
-                    v = v.to(self.torch.device("cuda", self.dev_index))
-                out.append((t.name, v))
+        if b.kind == "map":
+            # Each shard's mapping, and the shm buffer of those read instead.
+            groups = b.mapped + [(ts, offs, flat) for ts, offs in b.read]
+            got = {}
+            for ts, offs, f in groups:
+                got.update(zip([t.name for t in ts], self._views(f, ts, offs)))
+            return [(t.name, got[t.name]) for t in b.tensors]
+        if self.torch is not None:
+            views = self._views(flat, b.tensors, b.offs)
+            if self.to_cuda:
+                # No CUDA ring (host ring or no staging): gpu-placed bytes go up from here.
+                dev = self.torch.device("cuda", self.dev_index)
+                views = [v.to(dev) if t.placement == "gpu" else v
+                         for t, v in zip(b.tensors, views)]
+            out = list(zip([t.name for t in b.tensors], views))
         else:
             mem = memoryview(shm.mm)
             for t, o in zip(b.tensors, b.offs):

@@ -180,6 +180,10 @@ def check_state_dict(sd, mnt, ref, limit, what, device="cpu"):
                 what, t.name, v.device, want_dev))
             check(tuple(v.shape) == shape or v.dtype == torch.uint8,
                   "%s: %r shape %r, expected %r" % (what, t.name, tuple(v.shape), shape))
+            want_dt, typed = placefs._torch.dtype_of(torch, t)
+            check(v.dtype == want_dt and (not typed or tuple(v.shape) == shape),
+                  "%s: %r is %s %r, expected %s %r" % (what, t.name, v.dtype, tuple(v.shape),
+                                                       want_dt, shape))
 
 
 # ---- abi: the module against the C header ----------------------------------------------
@@ -1031,6 +1035,18 @@ def mixed(mnt, source, limit):
         check_state_dict(sd, mnt, ref, limit, "mixed load through a Mount object")
         sd = placefs.load_state_dict(mm, device="cpu", mode="copy")
         check_state_dict(sd, mnt, ref, limit, "mixed load through a Mount object, copy")
+    # iter_weights gives the same tensors (a borrowed view is cloned before the next item).
+    for mode in ("copy", "borrow"):
+        for cpu in (None, "read"):
+            sd = {}
+            for name, v in placefs.iter_weights(mnt, device="cpu", mode=mode, cpu=cpu):
+                if mode == "borrow":  # a view of the ring, valid until the next item
+                    v = placefs.PlacedTensor(v.name, v.dtype, v.shape, v.placement, v.device,
+                                             bytes(v.data)) \
+                        if isinstance(v, placefs.PlacedTensor) else v.clone()
+                sd[name] = v
+            check_state_dict(sd, mnt, ref, limit, "mixed iter_weights mode=%s cpu=%s" % (
+                mode, cpu))
     check_no_leases(mnt, "mixed")
     done("mixed")
 
