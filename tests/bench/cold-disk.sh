@@ -16,10 +16,13 @@
 # build and a GPU unless BENCH_DEVICE=host (then into host memory, --device
 # cpu: the development machine's stand-in).
 #
-#   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V] [--threads "N ..."]
-#                            [--limits "512MiB none"] [--cpu "auto read"]
+#   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V | --source PATH]
+#                            [--threads "N ..."] [--limits "512MiB none"] [--cpu "auto read"]
 #
-# DIR (default /var/tmp) must be on the disk to measure, not tmpfs.
+# DIR (default /var/tmp) must be on the disk to measure, not tmpfs; the
+# checkpoint is written there. --source measures a checkpoint of yours where
+# it lies instead (a .safetensors file or a directory on a disk; nothing is
+# written to it or removed).
 # Results: stdout and ${OUT:-/tmp}/cold-disk.txt.
 . "$(dirname "$0")/common.sh"
 dir=/var/tmp
@@ -27,18 +30,25 @@ llama=8:4096:14336:128256
 threads="1 4 8 16"
 limits="512MiB none"
 cpu_modes=auto
+source=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--dir) dir=$2; shift ;;
 	--llama) llama=$2; shift ;;
+	--source) source=$2; shift ;;
 	--threads) threads=$2; shift ;;
 	--limits) limits=$2; shift ;;
 	--cpu) cpu_modes=$2; shift ;;
-	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V] [--threads "N ..."] [--limits LIST] [--cpu MODES]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V | --source PATH] [--threads "N ..."] [--limits LIST] [--cpu MODES]" >&2; exit 2 ;;
 	esac
 	shift
 done
 [ "$(id -u)" -eq 0 ] || { echo "cold-disk: needs root to drop the page cache" >&2; exit 77; }
+if [ -n "$source" ]; then
+	[ -e "$source" ] || { echo "cold-disk: --source $source: no such file or directory" >&2; exit 2; }
+	source=$(cd "$(dirname "$source")" && printf '%s/%s' "$(pwd)" "$(basename "$source")")
+	dir=$(dirname "$source")
+fi
 case $(stat -f -c %T "$dir") in
 tmpfs | ramfs) echo "cold-disk: $dir is $(stat -f -c %T "$dir"), not a disk" >&2; exit 2 ;;
 esac
@@ -51,18 +61,34 @@ cold() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 }
-bench_work=$(mktemp -d "$dir/placefs-cold.XXXXXX")
-src=$bench_work/ckpt
+if [ -n "$source" ]; then
+	bench_work=$(mktemp -d /tmp/placefs-cold.XXXXXX)
+	src=$source
+else
+	bench_work=$(mktemp -d "$dir/placefs-cold.XXXXXX")
+	src=$bench_work/ckpt
+fi
 mnt=$(mktemp -d /tmp/placefs-cold-mnt.XXXXXX)
 bench_mounts=$mnt
 trap 'bench_cleanup; rmdir "$mnt" 2>/dev/null || true' EXIT INT TERM
-"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
-total=$(cat "$src"/*.safetensors | wc -c)
-for f in "$src"/*.safetensors; do
+[ -n "$source" ] || "$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
+# The checkpoint's shards: the file itself, or a directory's .safetensors files.
+if [ -d "$src" ]; then
+	set -- "$src"/*.safetensors
+	[ -e "$1" ] || { echo "cold-disk: $src holds no .safetensors file" >&2; exit 2; }
+else
+	set -- "$src"
+fi
+total=$(stat -L -c %s "$@" | awk '{ s += $1 } END { print s }')
+for f in "$@"; do
 	printf '%s\t0\t%s\n' "$f" "$(stat -c %s "$f")"
 done >"$bench_work/manifest"
 say "cold-disk bench: $(stat -f -c %T "$dir") at $dir ($(df -P "$dir" | awk 'NR == 2 {print $1}')), $(nproc) cpus"
-say "checkpoint: --llama $llama, 4 shards, $total bytes"
+if [ -n "$source" ]; then
+	say "checkpoint: $src ($# shard file(s), $total bytes)"
+else
+	say "checkpoint: --llama $llama, 4 shards, $total bytes"
+fi
 
 # The disk's ceiling: the best of the O_DIRECT reader over thread counts
 # (a virtual disk may serve one sequential stream faster than many).
@@ -82,7 +108,7 @@ say "reference: the parallel O_DIRECT reader at its best ($ref_t threads): $ref_
 
 cold
 t0=$(now_ns)
-for f in "$src"/*.safetensors; do
+for f in "$@"; do
 	dd if="$f" of=/dev/null bs=16M status=none
 done
 t1=$(now_ns)

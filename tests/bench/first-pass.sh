@@ -29,17 +29,21 @@
 # the same run, before the rows (every GB/s is printed with its ratio to it)
 # and again after them (a drifting machine shows).
 #
-#   tests/bench/first-pass.sh [--llama L:H:I:V | --moe L:H:E:I:V] [--prime] [--configs "LIMIT:ZC:HB ..."]
+#   tests/bench/first-pass.sh [--llama L:H:I:V | --moe L:H:E:I:V | --source PATH] [--prime]
+#                             [--configs "LIMIT:ZC:HB ..."]
 #                             [--loader "LIMIT:ZC:HB[:THREADS[:ENV]] ..."] [--verify all|first|none]
 #
 # Default checkpoint: Llama-3-8B shapes as placefs-mkckpt writes them
 # (32:4096:14336:128256, bf16, 4 shards, index; 17.67 GB) in /dev/shm; --moe
-# gives a mixture-of-experts checkpoint (placefs-mkckpt --moe, 8 shards, index).
+# gives a mixture-of-experts checkpoint (placefs-mkckpt --moe, 8 shards, index);
+# --source measures a checkpoint of yours as it is (a .safetensors file or a
+# directory, where it lies; nothing is written to it or removed).
 # Results: stdout and ${OUT:-/tmp}/first-pass.txt; the stats of every mount
 # in ${OUT:-/tmp}/first-pass-stats.txt.
 . "$(dirname "$0")/common.sh"
 llama=32:4096:14336:128256
 moe=
+source=
 prime=
 configs="512MiB:-:- 512MiB:1:- 512MiB:0:64M 512MiB:0:256M 512MiB:0:1G 512MiB:-:-:8 none:-:- none:1:- 128MiB:-:-"
 loader="512MiB:-:- none:-:-"
@@ -48,11 +52,12 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--llama) llama=$2; shift ;;
 	--moe) moe=$2; shift ;;
+	--source) source=$2; shift ;;
 	--prime) prime=1 ;;
 	--configs) configs=$2; shift ;;
 	--loader) loader=$2; shift ;;
 	--verify) verify=$2; shift ;;
-	*) echo "usage: $0 [--llama L:H:I:V | --moe L:H:E:I:V] [--prime] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--llama L:H:I:V | --moe L:H:E:I:V | --source PATH] [--prime] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -95,28 +100,43 @@ mib() {
 	python3 -c "print('%.0f' % (int('${1:-0}' or 0) / 2**20))"
 }
 
+if [ -n "$source" ]; then
+	[ -e "$source" ] || { echo "first-pass: --source $source: no such file or directory" >&2; exit 2; }
+	source=$(cd "$(dirname "$source")" && printf '%s/%s' "$(pwd)" "$(basename "$source")")
+fi
 bench_work=$(mktemp -d /dev/shm/placefs-first.XXXXXX)
 src=$bench_work/ckpt
 mnt=$bench_work/mnt
 bench_mounts=$mnt
 unset INSTANTTENSOR_BUFFER_SIZE
-if [ -n "$moe" ]; then
+if [ -n "$source" ]; then
+	src=$source
+elif [ -n "$moe" ]; then
 	"$MKCKPT" --quiet --moe "$moe" --shards 8 --index "$src"
 else
 	"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
 fi
-total=$(du -sb "$src" | cut -f1)
+# The checkpoint's shards: the file itself, or a directory's .safetensors files.
+if [ -d "$src" ]; then
+	set -- "$src"/*.safetensors
+	[ -e "$1" ] || { echo "first-pass: $src holds no .safetensors file" >&2; exit 2; }
+else
+	set -- "$src"
+fi
+total=$(stat -L -c %s "$@" | awk '{ s += $1 } END { print s }')
 # The first read of freshly written pages costs the kernel more (LRU
 # activation, doc/PERFORMANCE.md 0.0.3): --prime reads the shards once first, so
 # that every row sees the page cache as a checkpoint read before leaves it.
 if [ -n "$prime" ]; then
-	cat "$src"/*.safetensors >/dev/null
+	cat "$@" >/dev/null
 	say "page cache: the shards were read once before the first row (--prime)"
 else
 	say "page cache: as the writer left it; the first row is the first read after the write"
 fi
 say "first-pass bench: $(nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader 2>/dev/null || echo no GPU), $(nproc) cpus"
-if [ -n "$moe" ]; then
+if [ -n "$source" ]; then
+	say "checkpoint: $src ($# shard file(s), $total bytes, on $(stat -f -c %T "$src"))"
+elif [ -n "$moe" ]; then
 	say "checkpoint: --moe $moe, 8 shards, $total bytes in /dev/shm"
 else
 	say "checkpoint: --llama $llama, 4 shards, $total bytes in /dev/shm"
