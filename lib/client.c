@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "devmem.h"
@@ -82,6 +83,7 @@ const char *placefs_client_errno_name(int code)
 	        {ENOMEM, "ENOMEM"},         {ENOTTY, "ENOTTY"}, {ESTALE, "ESTALE"},
 	        {EBADF, "EBADF"},           {EPERM, "EPERM"},   {ENOSPC, "ENOSPC"},
 	        {ENOTDIR, "ENOTDIR"},       {EFAULT, "EFAULT"}, {EAGAIN, "EAGAIN"},
+	        {ERANGE, "ERANGE"},         {EPROTO, "EPROTO"}, {ENODATA, "ENODATA"},
 	};
 	size_t i;
 
@@ -104,6 +106,7 @@ static const char *ioctl_hint(int e)
 		       "stage to the device asked for)";
 	case ETIMEDOUT: return " (no ring space within the timeout)";
 	case EOPNOTSUPP: return " (the mount's backend cannot serve this destination)";
+	case ERANGE: return " (no such entry: the index is past the mount's plan)";
 	default: return "";
 	}
 }
@@ -340,6 +343,92 @@ int placefs_client_copy(int fd, const struct placefs_client_dest *dest, uint64_t
 	struct placefs_client_stage_args a = {.timeout_ns = timeout_ns};
 
 	return placefs_client_copy_ex(fd, dest, dest_offset, &a, out, err);
+}
+
+int placefs_client_index(const char *path, uint64_t *index, struct placefs_client_error *err)
+{
+	char buf[32], *end;
+	unsigned long long v;
+	ssize_t n;
+
+	n = getxattr(path, "user.placefs.index", buf, sizeof(buf) - 1);
+	if (n < 0)
+		return cfail(err, -errno, "%s: no user.placefs.index attribute: %s%s", path,
+		             strerror(errno),
+		             errno == ENODATA || errno == EOPNOTSUPP
+		                     ? " (not a tensor file of a placefs mount)"
+		                     : "");
+	buf[n] = '\0';
+	errno = 0;
+	v = strtoull(buf, &end, 10);
+	if (n == 0 || buf[0] < '0' || buf[0] > '9' || *end || errno)
+		return cfail(err, -EPROTO, "%s: user.placefs.index is '%s', not a plan index", path,
+		             buf);
+	*index = v;
+	return 0;
+}
+
+int placefs_client_copy_batch(int fd, const struct placefs_client_dest *dest,
+                              struct placefs_ioc_batch_entry *entries, uint32_t count,
+                              uint32_t flags, uint64_t timeout_ns, uint32_t *done,
+                              struct placefs_client_error *err)
+{
+	struct placefs_ioc_stage_batch *b;
+	uint32_t i;
+	int e, rc = 0;
+
+	if (done)
+		*done = 0;
+	if (count < 1 || count > PLACEFS_IOC_BATCH_MAX)
+		return cfail(err, -EINVAL, "batch: %u entries (1 to %d)", count,
+		             PLACEFS_IOC_BATCH_MAX);
+	if (flags & ~PLACEFS_IOC_BATCH_RANGES)
+		return cfail(err, -EINVAL, "batch: unknown flags 0x%x",
+		             flags & ~PLACEFS_IOC_BATCH_RANGES);
+	if (dest->ndevices > 1)
+		return cfail(err, -EINVAL,
+		             "batch: the mount stages to %u devices and a batch names none: "
+		             "stage one tensor per request there",
+		             dest->ndevices);
+	/* 8 KiB and more: on the heap, not on a caller thread's stack. */
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return cfail(err, -ENOMEM, "batch: out of memory");
+	b->version = PLACEFS_IOC_VERSION;
+	b->size = sizeof(*b);
+	b->mode = PLACEFS_IOC_STAGE_COPY;
+	b->count = count;
+	b->flags = flags;
+	b->dest_kind = dest->kind;
+	b->dest_handle_bytes = dest->handle_bytes;
+	memcpy(b->dest_handle, dest->handle, dest->handle_bytes);
+	b->dest_size = dest->size;
+	b->timeout_ns = timeout_ns;
+	for (i = 0; i < count; i++) {
+		b->entries[i].tensor = entries[i].tensor;
+		b->entries[i].dest_offset = entries[i].dest_offset;
+		b->entries[i].nbytes = flags & PLACEFS_IOC_BATCH_RANGES ? entries[i].nbytes : 0;
+	}
+	if (ioctl(fd, PLACEFS_IOC_STAGE_BATCH, b) != 0) {
+		e = errno;
+		rc = cfail(err, -e, "batch of %u (copy): %s%s", count, strerror(e),
+		           e == ENOTTY ? " (not a tensor file of a placefs mount, or a daemon "
+		                         "without batches)"
+		                       : ioctl_hint(e));
+		goto out;
+	}
+	for (i = 0; i < count; i++) {
+		entries[i] = b->entries[i];
+		if (entries[i].error && rc == 0)
+			rc = cfail(err, -entries[i].error, "batch entry %u (tensor %llu): %s%s", i,
+			           (unsigned long long)entries[i].tensor,
+			           strerror(entries[i].error), ioctl_hint(entries[i].error));
+	}
+	if (done)
+		*done = b->done;
+out:
+	free(b);
+	return rc;
 }
 
 int placefs_client_release(int fd, uint64_t lease, struct placefs_client_error *err)

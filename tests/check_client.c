@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -365,6 +366,75 @@ START_TEST(test_stage_args)
 }
 END_TEST
 
+START_TEST(test_batch)
+{
+	char *dir = tu_mkdtemp(), *f = tu_path(dir, "plain");
+	struct placefs_ioc_ring_info ri = host_ri();
+	struct placefs_ioc_batch_entry ent[2];
+	struct placefs_client_dest *d;
+	struct placefs_client_error e;
+	uint64_t idx = 0;
+	uint32_t done = 9;
+	int fd, rc;
+
+	tu_write_text(f, "not a tensor\n");
+	ck_assert_int_eq(placefs_client_open(f, &fd, &e), 0);
+	ck_assert_int_eq(placefs_client_dest_create(&ri, 4096, &d, &e), 0);
+	memset(ent, 0, sizeof(ent));
+	ent[0].tensor = 5;
+	ent[0].nbytes = 77;
+	/* Refused before the daemon: count, flags; entries untouched, nothing done. */
+	ck_assert_int_eq(placefs_client_copy_batch(fd, d, ent, 0, 0, 0, &done, &e), -EINVAL);
+	ck_assert_uint_eq(done, 0);
+	ck_assert_str_eq(e.msg, "batch: 0 entries (1 to 256)");
+	ck_assert_int_eq(
+	        placefs_client_copy_batch(fd, d, ent, PLACEFS_IOC_BATCH_MAX + 1, 0, 0, NULL, &e),
+	        -EINVAL);
+	ck_assert_int_eq(placefs_client_copy_batch(fd, d, ent, 1, 6, 0, &done, &e), -EINVAL);
+	ck_assert_str_eq(e.msg, "batch: unknown flags 0x6");
+	/* A file that is not a placefs tensor: ENOTTY, named as such. */
+	ck_assert_int_eq(placefs_client_copy_batch(fd, d, ent, 2, 0, 0, &done, &e), -ENOTTY);
+	ck_assert_ptr_nonnull(strstr(e.msg, "batch of 2 (copy): "));
+	ck_assert_ptr_nonnull(strstr(e.msg, "not a tensor file of a placefs mount"));
+	ck_assert_uint_eq(ent[0].tensor, 5);
+	ck_assert_uint_eq(ent[0].nbytes, 77);
+	placefs_client_dest_free(d);
+	/* A destination of one ring of several: a batch names no device. */
+	ri.device = 1;
+	ri.ndevices = 2;
+	ck_assert_int_eq(placefs_client_dest_create(&ri, 4096, &d, &e), 0);
+	ck_assert_int_eq(placefs_client_copy_batch(fd, d, ent, 1, 0, 0, &done, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "stage one tensor per request"));
+	placefs_client_dest_free(d);
+	close(fd);
+
+	/* The index is the file's user.placefs.index attribute, a decimal number. */
+	rc = placefs_client_index(f, &idx, &e);
+	ck_assert_msg(rc == -ENODATA || rc == -EOPNOTSUPP, "index of a plain file: %d", rc);
+	ck_assert_ptr_nonnull(strstr(e.msg, f));
+	ck_assert_ptr_nonnull(strstr(e.msg, "not a tensor file of a placefs mount"));
+	if (setxattr(f, "user.placefs.index", "42", 2, 0) == 0) {
+		ck_assert_int_eq(placefs_client_index(f, &idx, &e), 0);
+		ck_assert_uint_eq(idx, 42);
+		ck_assert_int_eq(setxattr(f, "user.placefs.index", "4x", 2, 0), 0);
+		ck_assert_int_eq(placefs_client_index(f, &idx, &e), -EPROTO);
+		ck_assert_ptr_nonnull(
+		        strstr(e.msg, "user.placefs.index is '4x', not a plan index"));
+		ck_assert_int_eq(setxattr(f, "user.placefs.index", "-1", 2, 0), 0);
+		ck_assert_int_eq(placefs_client_index(f, &idx, &e), -EPROTO);
+		ck_assert_int_eq(setxattr(f, "user.placefs.index", "", 0, 0), 0);
+		ck_assert_int_eq(placefs_client_index(f, &idx, &e), -EPROTO);
+		ck_assert_uint_eq(idx, 42);
+	} else {
+		ck_assert_msg(errno == EOPNOTSUPP, "setxattr: %s", strerror(errno));
+	}
+	ck_assert_int_eq(placefs_client_index("/nonexistent/placefs", &idx, &e), -ENOENT);
+	tu_rmtree(dir);
+	free(f);
+	free(dir);
+}
+END_TEST
+
 START_TEST(test_list_gpu)
 {
 	char *dir = tu_mkdtemp(), *p;
@@ -470,6 +540,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_list_gpu);
 	tcase_add_test(tc, test_shard);
 	tcase_add_test(tc, test_stage_args);
+	tcase_add_test(tc, test_batch);
 	tcase_add_test(tc, test_cuda_calls);
 	suite_add_tcase(s, tc);
 	return s;

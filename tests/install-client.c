@@ -43,6 +43,15 @@ int main(void)
 		fprintf(stderr, "install-client: dest_create without staging did not say ENODEV\n");
 		return 1;
 	}
+	{
+		uint64_t index = 0;
+
+		rc = placefs_client_index("/dev/null", &index, &err);
+		if (rc >= 0 || strstr(err.msg, "/dev/null") == NULL) {
+			fprintf(stderr, "install-client: /dev/null has a plan index (%d)\n", rc);
+			return 1;
+		}
+	}
 	printf("install-client: placefs/client.h and libplacefs-client.a work as installed\n");
 	return 0;
 }

@@ -15,7 +15,9 @@
 #     (EINTR); a client killed with SIGKILL loses its leases and the whole
 #     ring is stageable again; SIGTERM ends a daemon with a client waiting;
 #   - a multi-shard checkpoint: placefs-stage --all --verify in both modes in
-#     checkpoint order, 8 concurrent clients, 2 worker threads with 4 clients,
+#     checkpoint order, with --batch (ranges of the plan, or entries by index;
+#     a cpu file in a batch fails alone), the client library's batches
+#     (test_stage_ioctl batch), 8 concurrent clients, 2 worker threads with 4 clients,
 #     the ring's high-water mark within its size;
 #   - -o ring_size three times the limit: the ring's size in the plan, stats,
 #     ring info ioctl and log, every gpu tensor staged byte-exact; below the
@@ -294,6 +296,36 @@ for mode in copy borrow; do
 		fail "multi $mode: --all did not go in checkpoint order"
 	note "multi $mode: $(echo "$out" | grep '^placefs-stage: ')"
 done
+# --batch: the same tensors, up to N a request (--all: ranges of the plan; files: by index).
+for b in 16 7; do
+	out=$(tmo 60 "$STAGE" --mode copy --batch $b --verify --all "$MP") || fail "--batch $b: $out"
+	echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" || fail "--batch $b: $out"
+	echo "$out" | awk '$NF ~ /^\// { print $NF }' | cmp -s - gpu.order ||
+		fail "--batch $b: --all did not go in checkpoint order"
+	echo "$out" | grep -q " batch [0-9]* of $b  verified  " || fail "--batch $b lines: $out"
+	note "multi --batch $b: $(echo "$out" | grep '^placefs-stage: ')"
+done
+# shellcheck disable=SC2046 # one file name per line, none with spaces
+set -- $(head -n 9 gpu.order)
+st=0
+out=$(tmo 60 "$STAGE" --batch 4 --verify "$@" "$MP/big.0" "$MP/random.0" 2>&1) || st=$?
+[ "$st" -eq 1 ] || fail "--batch with a cpu file: exit $st: $out"
+echo "$out" | grep -q "big.0: File too large (not staged: placed on the cpu) \[EFBIG\]" ||
+	fail "--batch with a cpu file: $out"
+echo "$out" | grep -q "^placefs-stage: 10 of 11 tensors staged (copy)" || fail "--batch: $out"
+echo "$out" | grep -q "^verify: 10 of 11 tensors byte-exact$" || fail "--batch verify: $out"
+for bad in "--batch 0" "--batch 257" "--batch 2x" "--batch 4 --mode borrow" \
+	"--batch 4 --slice 0:0:1"; do
+	st=0
+	# shellcheck disable=SC2086 # the options are split on purpose
+	out=$(tmo 30 "$STAGE" $bad "$MP/random.0" 2>&1) || st=$?
+	[ "$st" -eq 2 ] && echo "$out" | grep -q -- "--batch" || fail "$bad: exit $st: $out"
+done
+# The client library's batches: every gpu tensor by plan index and as one range of the plan,
+# byte-exact; entries that fail alone (cpu-placed, past the plan, past the destination).
+# shellcheck disable=SC2046 # one file name per line, none with spaces
+out=$(tmo 60 "$TSI" batch "$MP/big.0" $(cat gpu.order) 2>&1) || fail "client batches: $out"
+note "$out"
 pids=""
 for k in 1 2 3 4 5 6 7 8; do
 	mode=copy

@@ -14,6 +14,14 @@
  *   wrap FILE...                borrow, check against read() through the
  *                               mapped ring, release, in turn; prints the
  *                               number of times the ring wrapped
+ *   batch CPUFILE GPUFILE...    the client's batches (placefs_client_index,
+ *                               placefs_client_copy_batch): the gpu files
+ *                               (in plan order) by index and as one range
+ *                               of the plan, byte-exact with read(); a cpu
+ *                               file (EFBIG), an index past the plan
+ *                               (ERANGE) and an entry past the destination
+ *                               (EINVAL) fail alone; malformed requests
+ *                               fail whole
  *
  * Exit status 0 when every check held.
  */
@@ -558,6 +566,166 @@ static int cmd_wrap(int argc, char **argv)
 	return failures ? 1 : 0;
 }
 
+/* The n bytes of path, read() whole, or exit 2. */
+static uint8_t *slurp(const char *path, uint64_t *n)
+{
+	struct stat st;
+	uint8_t *buf;
+	int fd = xopen(path, O_RDONLY);
+
+	if (fstat(fd, &st) != 0 || !(buf = malloc((size_t)st.st_size + 1)) ||
+	    read(fd, buf, (size_t)st.st_size) != st.st_size) {
+		fprintf(stderr, "test_stage_ioctl: %s: cannot read it whole\n", path);
+		exit(2);
+	}
+	close(fd);
+	*n = (uint64_t)st.st_size;
+	return buf;
+}
+
+static uint64_t align256(uint64_t v)
+{
+	return (v + 255) & ~(uint64_t)255;
+}
+
+static int cmd_batch(const char *cpu, int argc, char **argv)
+{
+	struct placefs_ioc_batch_entry *ent, one;
+	struct placefs_client_error e;
+	struct placefs_ioc_ring_info ri;
+	struct placefs_client_dest *d;
+	uint64_t *idx, *off, *len, total = 0, cpu_idx, v;
+	uint8_t **want, *got;
+	uint32_t done, i, n = (uint32_t)argc;
+	int fd, rc, k;
+
+	idx = calloc(n, sizeof(*idx));
+	off = calloc(n, sizeof(*off));
+	len = calloc(n, sizeof(*len));
+	want = calloc(n, sizeof(*want));
+	ent = calloc(n + 1, sizeof(*ent));
+	if (!idx || !off || !len || !want || !ent)
+		return 2;
+	for (i = 0; i < n; i++) {
+		rc = placefs_client_index(argv[i], &idx[i], &e);
+		CHECK(rc == 0, "index of %s: %s", argv[i], e.msg);
+		CHECK(i == 0 || idx[i] > idx[i - 1], "%s: index %" PRIu64 " not after %" PRIu64,
+		      argv[i], idx[i], i ? idx[i - 1] : 0);
+		want[i] = slurp(argv[i], &len[i]);
+		off[i] = total;
+		total = align256(total + len[i]);
+	}
+	CHECK(placefs_client_index(cpu, &cpu_idx, &e) == 0, "index of %s: %s", cpu, e.msg);
+	fd = xopen(argv[0], O_RDONLY);
+	if (placefs_client_ring_info(fd, &ri, &e) != 0 ||
+	    placefs_client_dest_create(&ri, total + 256, &d, &e) != 0) {
+		fprintf(stderr, "batch: %s\n", e.msg);
+		return 2;
+	}
+	got = malloc(total + 256);
+	if (!got)
+		return 2;
+
+	/* Every gpu file by index, at most PLACEFS_IOC_BATCH_MAX a request. */
+	for (i = 0; i < n; i += PLACEFS_IOC_BATCH_MAX) {
+		uint32_t c = n - i < PLACEFS_IOC_BATCH_MAX ? n - i : PLACEFS_IOC_BATCH_MAX, j;
+
+		for (j = 0; j < c; j++) {
+			memset(&ent[j], 0, sizeof(ent[j]));
+			ent[j].tensor = idx[i + j];
+			ent[j].dest_offset = off[i + j];
+		}
+		rc = placefs_client_copy_batch(fd, d, ent, c, 0, 0, &done, &e);
+		CHECK(rc == 0 && done == c, "batch of %u: rc %d done %u: %s", c, rc, done, e.msg);
+		for (j = 0; j < c; j++)
+			CHECK(ent[j].error == 0 && ent[j].nbytes == len[i + j],
+			      "%s: entry error %d, %" PRIu64 " bytes of %" PRIu64, argv[i + j],
+			      ent[j].error, ent[j].nbytes, len[i + j]);
+	}
+	CHECK(placefs_client_dest_read(d, 0, got, total, &e) == 0, "dest_read: %s", e.msg);
+	for (i = 0; i < n; i++)
+		CHECK(memcmp(got + off[i], want[i], len[i]) == 0,
+		      "%s: batch bytes differ from read()", argv[i]);
+
+	/* One range of the plan, from its first entry through the last gpu file: the gpu
+	 * placement's packed layout is the offsets above (cpu-placed entries move nothing). */
+	memset(got, 0, total);
+	memset(&one, 0, sizeof(one));
+	one.tensor = 0;
+	one.nbytes = idx[n - 1] + 1;
+	one.dest_offset = 0;
+	{
+		/* Clear the destination first: stale bytes must not pass for staged ones. */
+		uint8_t *p = placefs_client_dest_ptr(d);
+
+		if (placefs_client_dest_kind(d) == PLACEFS_IOC_HANDLE_HOST_SHM)
+			memset(p, 0, total);
+	}
+	rc = placefs_client_copy_batch(fd, d, &one, 1, PLACEFS_IOC_BATCH_RANGES, 0, &done, &e);
+	CHECK(rc == 0 && done == 1 && one.error == 0, "range batch: rc %d done %u error %d: %s", rc,
+	      done, one.error, e.msg);
+	v = 0;
+	for (i = 0; i < n; i++)
+		v += len[i];
+	CHECK(one.nbytes == v, "range batch moved %" PRIu64 " bytes, the gpu files hold %" PRIu64,
+	      one.nbytes, v);
+	CHECK(placefs_client_dest_read(d, 0, got, total, &e) == 0, "dest_read: %s", e.msg);
+	for (i = 0; i < n; i++)
+		CHECK(memcmp(got + off[i], want[i], len[i]) == 0,
+		      "%s: range batch bytes differ from read()", argv[i]);
+
+	/* Entries that fail alone: the others still move. */
+	memset(ent, 0, 4 * sizeof(*ent));
+	ent[0].tensor = idx[0];
+	ent[1].tensor = cpu_idx;
+	ent[1].dest_offset = off[1 % n];
+	ent[2].tensor = (uint64_t)1 << 40;
+	ent[3].tensor = idx[n - 1];
+	ent[3].dest_offset = total + 255; /* past the destination's end */
+	rc = placefs_client_copy_batch(fd, d, ent, 4, 0, 0, &done, &e);
+	CHECK(rc == -EFBIG && done == 1, "mixed batch: rc %s done %u (%s)",
+	      placefs_client_errno_name(rc), done, e.msg);
+	CHECK(strstr(e.msg, "batch entry 1 (tensor ") != NULL, "mixed batch message: %s", e.msg);
+	CHECK(ent[0].error == 0 && ent[0].nbytes == len[0], "entry 0: error %d", ent[0].error);
+	CHECK(ent[1].error == EFBIG, "cpu entry: %s", placefs_client_errno_name(ent[1].error));
+	CHECK(ent[2].error == ERANGE, "index past the plan: %s",
+	      placefs_client_errno_name(ent[2].error));
+	CHECK(ent[3].error == EINVAL || (len[n - 1] == 0 && ent[3].error == 0),
+	      "entry past the destination: %s", placefs_client_errno_name(ent[3].error));
+
+	/* Requests refused whole: entries untouched, nothing done. */
+	memset(&one, 0, sizeof(one));
+	one.tensor = idx[0];
+	one.nbytes = 12345;
+	for (k = 0; k < 3; k++) {
+		static const uint32_t counts[3] = {0, PLACEFS_IOC_BATCH_MAX + 1, 1};
+		static const uint32_t flags[3] = {0, 0, 2};
+
+		done = 7;
+		rc = placefs_client_copy_batch(fd, d, &one, counts[k], flags[k], 0, &done, &e);
+		CHECK(rc == -EINVAL && done == 0 && one.nbytes == 12345,
+		      "malformed batch %d: rc %s done %u", k, placefs_client_errno_name(rc), done);
+	}
+	/* A file that is not a tensor file of a placefs mount has no index. */
+	rc = placefs_client_index("/proc/self/status", &v, &e);
+	CHECK(rc == -ENODATA || rc == -EOPNOTSUPP, "index of /proc/self/status: %s (%s)",
+	      placefs_client_errno_name(rc), e.msg);
+	CHECK(strstr(e.msg, "/proc/self/status") != NULL, "index message: %s", e.msg);
+
+	placefs_client_dest_free(d);
+	close(fd);
+	for (i = 0; i < n; i++)
+		free(want[i]);
+	free(want);
+	free(got);
+	free(idx);
+	free(off);
+	free(len);
+	free(ent);
+	printf("batch: %u gpu files, %d checks, %d failures\n", n, checks, failures);
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 5 && strcmp(argv[1], "bad") == 0)
@@ -568,7 +736,10 @@ int main(int argc, char **argv)
 		return cmd_try(argv[2], argv[3], argc == 5 && strcmp(argv[4], "--sigusr1") == 0);
 	if (argc >= 3 && strcmp(argv[1], "wrap") == 0)
 		return cmd_wrap(argc - 2, argv + 2);
+	if (argc >= 5 && strcmp(argv[1], "batch") == 0)
+		return cmd_batch(argv[2], argc - 3, argv + 3);
 	fprintf(stderr, "usage: test_stage_ioctl bad MOUNT GPUFILE CPUFILE | hold FILE... |\n"
-	                "       try FILE TIMEOUT_MS [--sigusr1] | wrap FILE...\n");
+	                "       try FILE TIMEOUT_MS [--sigusr1] | wrap FILE... |\n"
+	                "       batch CPUFILE GPUFILE GPUFILE...\n");
 	return 2;
 }

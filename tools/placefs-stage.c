@@ -48,6 +48,7 @@ struct file {
 	char *path;
 	uint64_t size;
 	size_t mnt;
+	uint64_t packed; /* --all: its offset in the mount's packed gpu layout */
 };
 
 static struct {
@@ -62,7 +63,14 @@ static struct {
 	/* --device N: the ring of device N (CUDA ordinal or N of host:N) */
 	bool has_device;
 	int32_t device;
+	/* --batch N: up to N tensors a request (copy mode); 0: one a request */
+	uint32_t batch;
 } cfg;
+
+/* A --batch destination holds at least this much (or the largest tensor). */
+#define BATCH_DEST_BYTES ((uint64_t)64 << 20)
+/* Tensors' offsets in a batch destination, as the loaders lay them out. */
+#define BATCH_ALIGN 256
 
 /*
  * The shm destinations this program made, unlinked by the signal handler
@@ -96,7 +104,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: placefs-stage [--mode copy|borrow] [--verify] [--timeout MS] [-q]\n"
 	           "                     [--slice DIM:START:LEN | --slice RANK/WORLD@DIM]\n"
-	           "                     [--device N]\n"
+	           "                     [--device N] [--batch N]\n"
 	           "                     (--all MOUNTPOINT | FILE...)\n"
 	           "Stages tensor files of a placefs mount through its staging ring.\n"
 	           "\n"
@@ -111,6 +119,9 @@ static void usage(FILE *f)
 	           "                    even part of each tensor's dimension DIM\n"
 	           "  --device N        stage through the ring of device N (cuda:N, or host:N),\n"
 	           "                    which a borrow on a mount of several devices needs\n"
+	           "  --batch N         copy mode: up to N tensors (1-256) a request, staged\n"
+	           "                    side by side by the daemon into one destination\n"
+	           "                    (PLACEFS_IOC_STAGE_BATCH; a mount of one ring)\n"
 	           "  -q, --quiet       no per-tensor lines, only the summary\n"
 	           "  -h, --help        show this help\n"
 	           "  -V, --version     show the version\n");
@@ -178,6 +189,14 @@ static int read_all(int fd, uint8_t *buf, uint64_t n)
 	return (uint64_t)r < n ? -EIO : 0;
 }
 
+/* The copy destination of a mount: its largest tensor, or a batch's room. */
+static uint64_t dest_bytes(const struct mnt *mt)
+{
+	if (cfg.batch > 1 && mt->largest < BATCH_DEST_BYTES)
+		return BATCH_DEST_BYTES;
+	return mt->largest;
+}
+
 /* The mount's ring info, destination and ring mapping, made on first use. */
 static int mnt_setup(struct mnt *mt, int fd, const char *path)
 {
@@ -200,9 +219,9 @@ static int mnt_setup(struct mnt *mt, int fd, const char *path)
 		return -1;
 	}
 	if (cfg.mode == PLACEFS_IOC_STAGE_COPY) {
-		rc = placefs_client_dest_create(&mt->ri, mt->largest, &mt->dest, &e);
+		rc = placefs_client_dest_create(&mt->ri, dest_bytes(mt), &mt->dest, &e);
 		if (rc != 0) {
-			placefs_size_format(mt->largest, sz, sizeof(sz));
+			placefs_size_format(dest_bytes(mt), sz, sizeof(sz));
 			errorf("%s: cannot make a %s destination: %s", path, sz, e.msg);
 			return -1;
 		}
@@ -434,6 +453,212 @@ out:
 	return ok;
 }
 
+/*
+ * The end of the batch that starts at files[i]: the files after it on the
+ * same mount, at most cfg.batch, whose bytes (each at a multiple of
+ * BATCH_ALIGN) fit the mount's destination.
+ */
+static size_t batch_end(const struct file *files, size_t n, size_t i, const struct mnt *mt)
+{
+	uint64_t room = dest_bytes(mt), used = 0;
+	size_t j;
+
+	for (j = i; j < n && j - i < cfg.batch && files[j].mnt == files[i].mnt; j++) {
+		uint64_t at = (used + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+
+		if (j > i && (at > room || files[j].size > room - at))
+			break;
+		used = at + files[j].size;
+	}
+	return j;
+}
+
+/*
+ * Stages files[0 .. n) of one mount in one PLACEFS_IOC_STAGE_BATCH request
+ * (copy mode), each at its aligned offset of the mount's destination, and
+ * verifies each. Each file is an entry named by its plan index, or, with
+ * `ranged` (--all: the files are every gpu-placed tensor of the mount, in
+ * plan order), the whole batch is one range of the plan from the first
+ * file's index through the last's, which moves exactly these files (the
+ * cpu-placed entries between them move nothing) and needs two indexes, not
+ * one per file. Returns the number of files that failed (each reported).
+ */
+static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt *mt, uint8_t *want,
+                          uint8_t *got, struct totals *tot)
+{
+	static unsigned long batches;
+	struct placefs_ioc_batch_entry ent[PLACEFS_IOC_BATCH_MAX];
+	size_t pos[PLACEFS_IOC_BATCH_MAX];   /* files[pos[k]] */
+	uint64_t off[PLACEFS_IOC_BATCH_MAX]; /* ... lands at off[k] of the destination */
+	uint32_t nent = 0;                   /* entries of the request */
+	struct placefs_client_error e;
+	uint64_t used = 0, moved = 0, want_moved = 0;
+	uint32_t count = 0, done = 0, k;
+	size_t failed = 0, i;
+	double t0, t1;
+	char sz[32];
+	int fd, rc;
+
+	if (placefs_client_open(files[0].path, &fd, &e) != 0) {
+		errorf("%s", e.msg);
+		return n;
+	}
+	if (mnt_setup(mt, fd, files[0].path) != 0) {
+		close(fd);
+		return n;
+	}
+	memset(ent, 0, sizeof(ent));
+	for (i = 0; i < n; i++) {
+		uint64_t idx = 0;
+
+		if ((!ranged || i == 0 || i == n - 1) &&
+		    placefs_client_index(files[i].path, &idx, &e) != 0) {
+			errorf("%s", e.msg);
+			if (ranged) {
+				close(fd);
+				return n;
+			}
+			failed++;
+			continue;
+		}
+		used = (used + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+		off[count] = used;
+		pos[count++] = i;
+		used += files[i].size;
+		want_moved += files[i].size;
+		if (!ranged) {
+			ent[nent].tensor = idx;
+			ent[nent++].dest_offset = off[count - 1];
+		} else if (i == 0) {
+			/* The batch's first gpu tensor, at offset 0 of the packed layout from here. */
+			ent[0].tensor = idx;
+			nent = 1;
+		} else if (i == n - 1 && idx < ent[0].tensor) {
+			errorf("%s: plan entry %" PRIu64 " comes before %s's %" PRIu64
+			       ": the files are not in plan order",
+			       files[i].path, idx, files[0].path, ent[0].tensor);
+			close(fd);
+			return n;
+		}
+		if (ranged && i == n - 1)
+			ent[0].nbytes = idx - ent[0].tensor + 1;
+	}
+	if (nent == 0)
+		goto out;
+	if (ranged) {
+		/* The range's gpu tensors go to dest_offset + their packed offset: this batch's
+		 * first one is at packed offset P (a multiple of BATCH_ALIGN), so 0 - P. */
+		ent[0].dest_offset = (uint64_t)0 - files[0].packed;
+	}
+	batches++;
+	t0 = placefs_clock_s();
+	if (tot->first == 0)
+		tot->first = t0;
+	tot->verify_s += tot->pending_s;
+	tot->pending_s = 0;
+	rc = placefs_client_copy_batch(fd, mt->dest, ent, nent,
+	                               ranged ? PLACEFS_IOC_BATCH_RANGES : 0, cfg.timeout_ns, &done,
+	                               &e);
+	t1 = placefs_clock_s();
+	tot->last = t1;
+	if (rc != 0 && (ranged || (done == 0 && ent[0].error == 0))) {
+		/* Refused as a whole, or a range that failed part way: the batch failed. */
+		errorf("%s and %u more: %s [%s]", files[pos[0]].path, count - 1, e.msg,
+		       placefs_client_errno_name(rc));
+		failed += count;
+		goto out;
+	}
+	tot->stage_s += t1 - t0;
+	for (k = 0; k < nent; k++)
+		if (ent[k].error == 0)
+			moved += ent[k].nbytes;
+	if (ranged && moved != want_moved) {
+		errorf("%s and %u more: the daemon moved %" PRIu64
+		       " bytes for plan entries %" PRIu64 "..%" PRIu64 ", the files hold %" PRIu64
+		       " (are they every gpu-placed tensor, in plan order?)",
+		       files[0].path, count - 1, moved, ent[0].tensor,
+		       ent[0].tensor + ent[0].nbytes - 1, want_moved);
+		failed += count;
+		goto out;
+	}
+	for (k = 0; k < count; k++) {
+		struct file *f = &files[pos[k]];
+		/* A range entry says nothing per tensor: each moved its file's bytes. */
+		struct placefs_ioc_batch_entry one = {.nbytes = f->size};
+		const struct placefs_ioc_batch_entry *r = ranged ? &one : &ent[k];
+		bool verified = false;
+		double v0;
+
+		if (r->error) {
+			errorf("%s: %s%s [%s]", f->path, strerror(r->error),
+			       r->error == EFBIG ? " (not staged: placed on the cpu)" : "",
+			       placefs_client_errno_name(r->error));
+			failed++;
+			continue;
+		}
+		if (r->nbytes != f->size) {
+			errorf("%s: the daemon staged %" PRIu64 " bytes, the file has %" PRIu64,
+			       f->path, r->nbytes, f->size);
+			failed++;
+			continue;
+		}
+		if (cfg.verify) {
+			int vfd;
+
+			v0 = placefs_clock_s();
+			if (placefs_client_open(f->path, &vfd, &e) != 0) {
+				errorf("%s", e.msg);
+				failed++;
+				continue;
+			}
+			rc = read_all(vfd, want, f->size);
+			close(vfd);
+			if (rc != 0) {
+				errorf("%s: read() for --verify failed: %s", f->path,
+				       strerror(-rc));
+				failed++;
+				continue;
+			}
+			if (placefs_client_dest_read(mt->dest, off[k], got, f->size, &e) != 0) {
+				errorf("%s: cannot read the staged bytes back: %s", f->path, e.msg);
+				failed++;
+				continue;
+			}
+			if (memcmp(want, got, f->size) != 0) {
+				uint64_t b = 0;
+
+				while (want[b] == got[b])
+					b++;
+				errorf("%s: staged bytes differ from read() at byte %" PRIu64
+				       " of %" PRIu64 " (batch %lu, destination offset %" PRIu64
+				       ")",
+				       f->path, b, f->size, batches, off[k]);
+				failed++;
+				continue;
+			}
+			verified = true;
+			tot->pending_s += placefs_clock_s() - v0;
+		}
+		tot->staged++;
+		tot->bytes += r->nbytes;
+		tot->verified += verified;
+		tot->prefetched += (r->out_flags & PLACEFS_IOC_STAGED_PREFETCHED) != 0;
+		if (!cfg.quiet) {
+			bar_clear();
+			placefs_size_format(r->nbytes, sz, sizeof(sz));
+			printf("%12" PRIu64
+			       " B %10s %9.3f ms %8.2f GB/s  batch %lu of %u%s%s  %s\n",
+			       r->nbytes, sz, (t1 - t0) * 1e3,
+			       t1 > t0 ? (double)moved / (t1 - t0) / 1e9 : 0.0, batches, count,
+			       (r->out_flags & PLACEFS_IOC_STAGED_PREFETCHED) ? "  prefetched" : "",
+			       verified ? "  verified" : "", f->path);
+		}
+	}
+out:
+	close(fd);
+	return failed;
+}
+
 /* Groups the files by mount and finds each mount's largest file. */
 static int collect(struct file *files, size_t n, struct mnt **mnts, size_t *nmnt)
 {
@@ -479,11 +704,17 @@ fail:
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-	        {"all", required_argument, NULL, 'a'},    {"mode", required_argument, NULL, 'm'},
-	        {"verify", no_argument, NULL, 'v'},       {"timeout", required_argument, NULL, 't'},
-	        {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
-	        {"version", no_argument, NULL, 'V'},      {"slice", required_argument, NULL, 's'},
-	        {"device", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
+	        {"all", required_argument, NULL, 'a'},
+	        {"mode", required_argument, NULL, 'm'},
+	        {"verify", no_argument, NULL, 'v'},
+	        {"timeout", required_argument, NULL, 't'},
+	        {"quiet", no_argument, NULL, 'q'},
+	        {"help", no_argument, NULL, 'h'},
+	        {"version", no_argument, NULL, 'V'},
+	        {"slice", required_argument, NULL, 's'},
+	        {"device", required_argument, NULL, 'd'},
+	        {"batch", required_argument, NULL, 'b'},
+	        {NULL, 0, NULL, 0},
 	};
 	struct placefs_client_error e;
 	const char *all = NULL, *mode = NULL;
@@ -493,7 +724,7 @@ int main(int argc, char **argv)
 	uint8_t *want = NULL, *got = NULL;
 	uint64_t largest = 0;
 	char **names = NULL;
-	size_t nfiles = 0, nnames = 0, nmnt = 0, i;
+	size_t nfiles = 0, nnames = 0, nmnt = 0, i, j, f;
 	double secs;
 	char sz[32];
 	int c, status = EXIT_FAIL;
@@ -564,6 +795,21 @@ int main(int argc, char **argv)
 			cfg.device = (int32_t)v;
 			break;
 		}
+		case 'b': {
+			char *end;
+			unsigned long v;
+
+			errno = 0;
+			v = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' || v < 1 ||
+			    v > PLACEFS_IOC_BATCH_MAX) {
+				errorf("--batch must be a number of tensors from 1 to %d, got '%s'",
+				       PLACEFS_IOC_BATCH_MAX, optarg);
+				return EXIT_USAGE;
+			}
+			cfg.batch = (uint32_t)v;
+			break;
+		}
 		case 'h': usage(stdout); return EXIT_OK;
 		case 'V': printf("placefs-stage %s\n", PACKAGE_VERSION); return EXIT_OK;
 		default: usage(stderr); return EXIT_USAGE;
@@ -577,6 +823,11 @@ int main(int argc, char **argv)
 	cfg.mode = parse_mode(mode);
 	if (cfg.mode < 0)
 		return EXIT_USAGE;
+	if (cfg.batch > 1 && (cfg.mode != PLACEFS_IOC_STAGE_COPY || cfg.slice)) {
+		errorf("--batch stages whole tensors in copy mode: not with %s",
+		       cfg.slice ? "--slice" : "borrow mode");
+		return EXIT_USAGE;
+	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
@@ -612,6 +863,20 @@ int main(int argc, char **argv)
 	}
 	if (collect(files, nfiles, &mnts, &nmnt) != 0)
 		goto out;
+	if (all) {
+		/* Every gpu-placed tensor in plan order: their packed layout (--batch ranges). */
+		uint64_t at = 0;
+
+		for (i = 0; i < nfiles; i++) {
+			at = (at + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+			files[i].packed = at;
+			if (__builtin_add_overflow(at, files[i].size, &at) ||
+			    at > UINT64_MAX - BATCH_ALIGN) {
+				errorf("%s: the gpu-placed tensors add up past 2^64 bytes", all);
+				goto out;
+			}
+		}
+	}
 	for (i = 0; i < nmnt; i++)
 		if (mnts[i].largest > largest)
 			largest = mnts[i].largest;
@@ -639,11 +904,20 @@ int main(int argc, char **argv)
 		}
 	}
 	memset(&tot, 0, sizeof(tot));
-	for (i = 0; i < nfiles; i++) {
-		if (stage_file(&files[i], &mnts[files[i].mnt], want, got, &tot) != 0)
+	for (i = 0; i < nfiles; i = j) {
+		struct mnt *mt = &mnts[files[i].mnt];
+
+		j = i + 1;
+		if (cfg.batch > 1) {
+			j = batch_end(files, nfiles, i, mt);
+			tot.failed +=
+			        stage_batch(&files[i], j - i, all != NULL, mt, want, got, &tot);
+		} else if (stage_file(&files[i], mt, want, got, &tot) != 0) {
 			tot.failed++;
+		}
 		/* Failed files count too: the bar measures the way through the list. */
-		placefs_progress_update(bar, files[i].size);
+		for (f = i; f < j; f++)
+			placefs_progress_update(bar, files[f].size);
 	}
 	fflush(stdout);
 	placefs_progress_finish(bar);

@@ -176,6 +176,39 @@ int placefs_client_copy_ex(int fd, const struct placefs_client_dest *dest, uint6
                            struct placefs_client_error *err);
 
 /*
+ * The tensor's entry in the mount's plan (its file's user.placefs.index
+ * attribute; .placefs/plan.json lists the entries in that order): what a
+ * batch names it by. -ENODATA when `path` is not a tensor file of a placefs
+ * mount, -EPROTO when the attribute is not a decimal number.
+ */
+int placefs_client_index(const char *path, uint64_t *index, struct placefs_client_error *err);
+
+/*
+ * Copy mode for many tensors in one request (PLACEFS_IOC_STAGE_BATCH, on fd,
+ * any tensor file of the mount): entries[0 .. count) each name a tensor by
+ * its plan index (placefs_client_index()) and where its bytes go in dest
+ * (dest_offset; nbytes, error and out_flags zero); count is 1 ..
+ * PLACEFS_IOC_BATCH_MAX. flags: 0, or PLACEFS_IOC_BATCH_RANGES (each entry a
+ * range of the plan, see <placefs/ioctl.h>). The daemon runs the entries in
+ * parallel and answers when all have ended: each entry's nbytes (bytes
+ * moved), error (0 or a positive errno) and out_flags are filled, and *done
+ * (NULL allowed) counts those that moved. Returns 0 when every entry moved;
+ * otherwise the negative errno of the first entry that failed, with a
+ * message naming it (ERANGE: an index past the plan; EFBIG: a tensor that is
+ * not staged, placed on the cpu; EINVAL: its bytes do not fit dest; else as
+ * placefs_client_copy()), the entries saying which others failed. A request
+ * refused as a whole leaves the entries as they were and *done 0: EINVAL
+ * for a malformed one and on a mount of several rings (a batch names no
+ * device: stage one tensor per request there), ENODEV without staging,
+ * ENOTTY from a daemon without batches or a file that is not a placefs
+ * tensor file.
+ */
+int placefs_client_copy_batch(int fd, const struct placefs_client_dest *dest,
+                              struct placefs_ioc_batch_entry *entries, uint32_t count,
+                              uint32_t flags, uint64_t timeout_ns, uint32_t *done,
+                              struct placefs_client_error *err);
+
+/*
  * The even tensor-parallel split: rank's part of a dimension of dim_size
  * (*start = rank * dim_size / world, *len = dim_size / world). -EINVAL when
  * world is 0, rank >= world, or dim_size is 0 or not a multiple of world.
