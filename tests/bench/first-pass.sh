@@ -30,7 +30,7 @@
 # and again after them (a drifting machine shows).
 #
 #   tests/bench/first-pass.sh [--llama L:H:I:V | --moe L:H:E:I:V | --source PATH] [--prime]
-#                             [--configs "LIMIT:ZC:HB ..."]
+#                             [--configs "LIMIT:ZC:HB ..."] [--stage-batch N]
 #                             [--loader "LIMIT:ZC:HB[:THREADS[:ENV]] ..."] [--verify all|first|none]
 #
 # Default checkpoint: Llama-3-8B shapes as placefs-mkckpt writes them
@@ -38,12 +38,16 @@
 # gives a mixture-of-experts checkpoint (placefs-mkckpt --moe, 8 shards, index);
 # --source measures a checkpoint of yours as it is (a .safetensors file or a
 # directory, where it lies; nothing is written to it or removed).
+# --stage-batch N: the placefs-stage passes stage N tensors a request
+# (placefs-stage --batch N; default one a request), for checkpoints of many
+# small tensors.
 # Results: stdout and ${OUT:-/tmp}/first-pass.txt; the stats of every mount
 # in ${OUT:-/tmp}/first-pass-stats.txt.
 . "$(dirname "$0")/common.sh"
 llama=32:4096:14336:128256
 moe=
 source=
+sbatch=
 prime=
 configs="512MiB:-:- 512MiB:1:- 512MiB:0:64M 512MiB:0:256M 512MiB:0:1G 512MiB:-:-:8 none:-:- none:1:- 128MiB:-:-"
 loader="512MiB:-:- none:-:-"
@@ -54,10 +58,11 @@ while [ $# -gt 0 ]; do
 	--moe) moe=$2; shift ;;
 	--source) source=$2; shift ;;
 	--prime) prime=1 ;;
+	--stage-batch) sbatch="--batch $2"; shift ;;
 	--configs) configs=$2; shift ;;
 	--loader) loader=$2; shift ;;
 	--verify) verify=$2; shift ;;
-	*) echo "usage: $0 [--llama L:H:I:V | --moe L:H:E:I:V | --source PATH] [--prime] [--configs LIST] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--llama L:H:I:V | --moe L:H:E:I:V | --source PATH] [--prime] [--configs LIST] [--stage-batch N] [--loader LIST] [--verify all|first|none]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -183,13 +188,13 @@ PY
 		done
 		t2=$(now_ns)
 		pid=$(bench_daemon_pid "$mnt")
-		first=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+		first=$("$PLACEFS_STAGE" --all "$mnt" --mode copy $sbatch -q | tail -n 1)
 		pinned_after_first=$(awk '/VmLck|VmPin/ {printf "%s%s%s ", $1, $2, $3}' "/proc/$pid/status")
-		second=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+		second=$("$PLACEFS_STAGE" --all "$mnt" --mode copy $sbatch -q | tail -n 1)
 		v=-
 		if [ "$verify" = all ] || { [ "$verify" = first ] && [ "$(cat "$bench_work/seen_$zc" 2>/dev/null)" != 1 ]; }; then
 			echo 1 >"$bench_work/seen_$zc"
-			vout=$("$PLACEFS_STAGE" --all "$mnt" --mode copy --verify -q | tail -n 2)
+			vout=$("$PLACEFS_STAGE" --all "$mnt" --mode copy $sbatch --verify -q | tail -n 2)
 			printf '%s\n' "$vout" | grep -q '^verify: \([0-9]*\) of \1 tensors byte-exact' ||
 				{ echo "bench: --verify failed for $c: $vout" >&2; exit 1; }
 			v=ok
@@ -260,7 +265,7 @@ say ""
 say "pinned H2D ceiling (torch, 4 GiB pinned, 64 MiB chunks): $ceil_g GB/s${ceil2_g:+; after the rows $ceil2_g GB/s ($(ratio "$ceil2_g" "$ceil_g") x)}"
 # With --configs "" there are no stage rows, only loader rows.
 if [ -s "$bench_work/rows" ]; then
-	say "placefs-stage --all --mode copy on a FRESH mount per row; GB/s and x ceiling"
+	say "placefs-stage --all --mode copy${sbatch:+ $sbatch} on a FRESH mount per row; GB/s and x ceiling"
 	say "$(printf '%-7s %-5s %-5s %-5s %-3s | %6s %5s | %6s %5s | %5s %5s | %-11s %5s %s' \
 		limit zc/on hbuf chunk thr first x 2nd x mntms 1stms pinMiB+reg reg_s verify)"
 	while IFS='|' read -r l z h ch n fg fr sg sr mt ft pm rs v; do
