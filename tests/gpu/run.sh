@@ -20,7 +20,9 @@
 #              release; a client killed with SIGKILL loses its leases
 #   concurrent 8 placefs-stage --verify at once (copy and borrow)
 #   llama      placefs-stage --all --verify in both modes, then the
-#              throughput of each mode without --verify
+#              throughput of each mode without --verify; the C client's
+#              batches (placefs-stage --batch 64 --verify and its pace,
+#              tests/test_stage_ioctl batch) into device memory
 #   devmem     the daemon's device memory (nvidia-smi) against the ring size
 #              plus a CUDA context (a daemon with a 4 KiB ring)
 #   mount-stage, python-loader, gpu-smoke: the repo's own scripts
@@ -469,6 +471,25 @@ do_llama() {
 		echo "$out"
 		echo "NOTE: $mode $(echo "$out" | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p') GB/s"
 	done
+	# The C client's batches into device memory: placefs-stage --batch (ranges of the
+	# plan), byte-exact, and its pace; test_stage_ioctl batch on the first 40 gpu-placed
+	# tensors in plan order and the first cpu-placed one (by index, as a range; entries
+	# that fail alone; malformed requests).
+	out=$("$BUILD/tools/placefs-stage" --mode copy --batch 64 --verify -q --all "$MP")
+	echo "$out"
+	echo "$out" | grep -Eq '^verify: ([0-9]+) of \1 tensors byte-exact$'
+	out=$("$BUILD/tools/placefs-stage" --mode copy --batch 64 -q --all "$MP" | tail -n 1)
+	echo "$out"
+	echo "NOTE: copy --batch 64 $(echo "$out" | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p') GB/s"
+	python3 - "$MP" >"$WORK/llama.batch" <<'EOF'
+import json, os, sys
+p = json.load(open(os.path.join(sys.argv[1], ".placefs", "plan.json")))
+f = [os.path.join(sys.argv[1], t["filename"]) for t in p["tensors"]]
+print(next(x for x, t in zip(f, p["tensors"]) if t["placement"] == "cpu"))
+print("\n".join([x for x, t in zip(f, p["tensors"]) if t["placement"] == "gpu"][:40]))
+EOF
+	# shellcheck disable=SC2046 # one file name per line, none with spaces
+	"$BUILD/tests/test_stage_ioctl" batch $(cat "$WORK/llama.batch")
 	cat "$MP/.placefs/stats"
 	echo
 }
