@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "devmem.h"
@@ -45,6 +46,9 @@ struct placefs_client_ring {
 	uint64_t bytes;
 	void *ptr;
 };
+
+/* Sends of a batch the daemon answers EAGAIN (its batch workers busy), at most. */
+#define BATCH_AGAIN_TRIES 200
 
 /* Names tried before a destination gives up with EEXIST. */
 #define SHM_NAME_TRIES 16
@@ -375,7 +379,7 @@ int placefs_client_copy_batch(int fd, const struct placefs_client_dest *dest,
 {
 	struct placefs_ioc_stage_batch *b;
 	uint32_t i;
-	int e, rc = 0;
+	int e, t, rc = 0;
 
 	if (done)
 		*done = 0;
@@ -409,9 +413,24 @@ int placefs_client_copy_batch(int fd, const struct placefs_client_dest *dest,
 		b->entries[i].dest_offset = entries[i].dest_offset;
 		b->entries[i].nbytes = flags & PLACEFS_IOC_BATCH_RANGES ? entries[i].nbytes : 0;
 	}
-	if (ioctl(fd, PLACEFS_IOC_STAGE_BATCH, b) != 0) {
+	/*
+	 * EAGAIN: every worker the daemon lends to batches is busy (other
+	 * clients' batches); nothing ran, so the request is sent again, after
+	 * 1 to 10 ms, for about a second in all.
+	 */
+	for (t = 0; ioctl(fd, PLACEFS_IOC_STAGE_BATCH, b) != 0; t++) {
 		e = errno;
-		rc = cfail(err, -e, "batch of %u (copy): %s%s", count, strerror(e),
+		if (e == EAGAIN && t + 1 < BATCH_AGAIN_TRIES) {
+			struct timespec ts = {0, (long)(1 + t % 10) * 1000000L};
+
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		rc = cfail(err, -e, "batch of %u %s (copy): %s%s%s", count,
+		           flags & PLACEFS_IOC_BATCH_RANGES ? (count == 1 ? "range" : "ranges")
+		                                            : (count == 1 ? "tensor" : "tensors"),
+		           strerror(e),
+		           e == EAGAIN ? " (the daemon's batch workers stayed busy)" : "",
 		           e == ENOTTY ? " (not a tensor file of a placefs mount, or a daemon "
 		                         "without batches)"
 		                       : ioctl_hint(e));

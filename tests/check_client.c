@@ -394,7 +394,7 @@ START_TEST(test_batch)
 	ck_assert_str_eq(e.msg, "batch: unknown flags 0x6");
 	/* A file that is not a placefs tensor: ENOTTY, named as such. */
 	ck_assert_int_eq(placefs_client_copy_batch(fd, d, ent, 2, 0, 0, &done, &e), -ENOTTY);
-	ck_assert_ptr_nonnull(strstr(e.msg, "batch of 2 (copy): "));
+	ck_assert_ptr_nonnull(strstr(e.msg, "batch of 2 tensors (copy): "));
 	ck_assert_ptr_nonnull(strstr(e.msg, "not a tensor file of a placefs mount"));
 	ck_assert_uint_eq(ent[0].tensor, 5);
 	ck_assert_uint_eq(ent[0].nbytes, 77);

@@ -201,7 +201,9 @@ int placefs_client_index(const char *path, uint64_t *index, struct placefs_clien
  * for a malformed one and on a mount of several rings (a batch names no
  * device: stage one tensor per request there), ENODEV without staging,
  * ENOTTY from a daemon without batches or a file that is not a placefs
- * tensor file.
+ * tensor file, EAGAIN when every worker the daemon lends to batches stayed
+ * busy with other requests for about a second (such a refusal is sent
+ * again, 1 to 10 ms later, until then).
  */
 int placefs_client_copy_batch(int fd, const struct placefs_client_dest *dest,
                               struct placefs_ioc_batch_entry *entries, uint32_t count,
