@@ -356,12 +356,14 @@ int placefs_client_index(const char *path, uint64_t *index, struct placefs_clien
 	ssize_t n;
 
 	n = getxattr(path, "user.placefs.index", buf, sizeof(buf) - 1);
-	if (n < 0)
-		return cfail(err, -errno, "%s: no user.placefs.index attribute: %s%s", path,
-		             strerror(errno),
-		             errno == ENODATA || errno == EOPNOTSUPP
-		                     ? " (not a tensor file of a placefs mount)"
-		                     : "");
+	if (n < 0) {
+		int e = errno;
+
+		return cfail(
+		        err, -e, "%s: no user.placefs.index attribute: %s%s", path, strerror(e),
+		        e == ENODATA || e == EOPNOTSUPP ? " (not a tensor file of a placefs mount)"
+		                                        : "");
+	}
 	buf[n] = '\0';
 	errno = 0;
 	v = strtoull(buf, &end, 10);
@@ -438,6 +440,9 @@ int placefs_client_copy_batch(int fd, const struct placefs_client_dest *dest,
 	}
 	for (i = 0; i < count; i++) {
 		entries[i] = b->entries[i];
+		/* An errno the daemon cannot have meant is a protocol error, not a code to pass on. */
+		if (entries[i].error < 0 || entries[i].error > 4095)
+			entries[i].error = EPROTO;
 		if (entries[i].error && rc == 0)
 			rc = cfail(err, -entries[i].error, "batch entry %u (tensor %llu): %s%s", i,
 			           (unsigned long long)entries[i].tensor,
