@@ -326,20 +326,36 @@ done
 # shellcheck disable=SC2046 # one file name per line, none with spaces
 out=$(tmo 60 "$TSI" batch "$MP/big.0" $(cat gpu.order) 2>&1) || fail "client batches: $out"
 note "$out"
-pids=""
-for k in 1 2 3 4 5 6 7 8; do
-	mode=copy
-	[ $((k % 2)) -eq 0 ] && mode=borrow
-	"$STAGE" --mode $mode --verify -q --all "$MP" >conc.$k.out 2>&1 &
-	pids="$pids $!"
-done
-k=0
-for p in $pids; do
-	k=$((k + 1))
-	wait "$p" || fail "concurrent client $k failed: $(cat conc.$k.out)"
-	grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" conc.$k.out ||
-		fail "concurrent client $k: $(cat conc.$k.out)"
-done
+# clients NAME COUNT VERIFIED OPTION...: COUNT placefs-stage --verify -q --all clients
+# of $MP at once (the even ones in borrow mode when OPTION is "alternate"), each
+# output in NAME.K.out; each must succeed and, unless VERIFIED is -, say it
+# verified VERIFIED tensors.
+clients() {
+	_cl_name=$1 _cl_n=$2 _cl_v=$3
+	shift 3
+	_cl_pids=
+	_cl_k=1
+	while [ "$_cl_k" -le "$_cl_n" ]; do
+		if [ "$1" = alternate ]; then
+			_cl_mode=copy
+			[ $((_cl_k % 2)) -eq 0 ] && _cl_mode=borrow
+			"$STAGE" --mode $_cl_mode --verify -q --all "$MP" >"$_cl_name.$_cl_k.out" 2>&1 &
+		else
+			"$STAGE" "$@" --verify -q --all "$MP" >"$_cl_name.$_cl_k.out" 2>&1 &
+		fi
+		_cl_pids="$_cl_pids $!"
+		_cl_k=$((_cl_k + 1))
+	done
+	_cl_k=0
+	for _cl_p in $_cl_pids; do
+		_cl_k=$((_cl_k + 1))
+		wait "$_cl_p" || fail "$_cl_name client $_cl_k failed: $(cat "$_cl_name.$_cl_k.out")"
+		[ "$_cl_v" = - ] ||
+			grep -q "^verify: $_cl_v of $_cl_v tensors byte-exact$" "$_cl_name.$_cl_k.out" ||
+			fail "$_cl_name client $_cl_k: $(cat "$_cl_name.$_cl_k.out")"
+	done
+}
+clients concurrent 8 "$ngpu" alternate
 hw=$(stat_get "$MP" staging.ring_high_water)
 [ "$hw" -le 2097152 ] || fail "ring high-water $hw > its 2 MiB"
 [ "$(stat_get "$MP" staging.leases)" = 0 ] || fail "leases left after the concurrent clients"
@@ -347,18 +363,7 @@ hw=$(stat_get "$MP" staging.ring_high_water)
 note "8 concurrent clients: $ngpu tensors each verified, high-water $hw of 2097152"
 # 12 batch clients at once: more than the daemon's workers lend to batches, so some requests
 # are answered EAGAIN; the client library sends those again, and every client completes.
-pids=""
-for k in 1 2 3 4 5 6 7 8 9 10 11 12; do
-	"$STAGE" --batch 4 --verify -q --all "$MP" >bconc.$k.out 2>&1 &
-	pids="$pids $!"
-done
-k=0
-for p in $pids; do
-	k=$((k + 1))
-	wait "$p" || fail "concurrent batch client $k failed: $(cat bconc.$k.out)"
-	grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" bconc.$k.out ||
-		fail "concurrent batch client $k: $(cat bconc.$k.out)"
-done
+clients batch 12 "$ngpu" --batch 4
 note "12 concurrent batch clients: $ngpu tensors each verified ($(stat_get "$MP" staging.busy) busy answers)"
 # The cpu tensor of this checkpoint is refused by name.
 out=$(tmo 30 "$STAGE" "$MP/big.0" 2>&1) && fail "big.0 (cpu) was staged: $out"
@@ -368,16 +373,7 @@ umount_fs "$MP"
 mount_fs multi "$MP" -o buffer_size=2M,device=host,host_buffer=256K,max_threads=2,noprefetch
 grep -q 'host buffer 262144 bytes (256 KiB: 32 chunks of 8 KiB), prefetch off, direct copies on, zero-copy off$' "$MOUNT_LOG" ||
 	fail "-o host_buffer=256K,noprefetch not in the log"
-pids=""
-for k in 1 2 3 4; do
-	"$STAGE" --mode borrow --verify -q --all "$MP" >conc.$k.out 2>&1 &
-	pids="$pids $!"
-done
-k=0
-for p in $pids; do
-	k=$((k + 1))
-	wait "$p" || fail "client $k with 2 workers failed: $(cat conc.$k.out)"
-done
+clients two-workers 4 - --mode borrow
 [ "$(stat_get "$MP" staging.prefetch.issued)" = 0 ] || fail "-o noprefetch: prefetches were issued"
 note "4 clients on 2 workers, 256 KiB host buffer, no prefetch: ok"
 umount_fs "$MP"

@@ -73,13 +73,8 @@ bench_mounts=$mnt
 trap 'bench_cleanup; rmdir "$mnt" 2>/dev/null || true' EXIT INT TERM
 [ -n "$source" ] || "$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
 # The checkpoint's shards: the file itself, or a directory's .safetensors files.
-if [ -d "$src" ]; then
-	set -- "$src"/*.safetensors
-	[ -e "$1" ] || { echo "cold-disk: $src holds no .safetensors file" >&2; exit 2; }
-else
-	set -- "$src"
-fi
-total=$(stat -L -c %s "$@" | awk '{ s += $1 } END { print s }')
+if [ -d "$src" ]; then set -- "$src"/*.safetensors; else set -- "$src"; fi
+total=$(bench_bytes cold-disk "$src" "$@")
 for f in "$@"; do
 	printf '%s\t0\t%s\n' "$f" "$(stat -c %s "$f")"
 done >"$bench_work/manifest"

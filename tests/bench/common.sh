@@ -12,6 +12,15 @@ TOUCHBENCH=$B/tests/bench/touchbench
 XATTRBENCH=$B/tests/bench/xattrbench
 PLACEFS_STAGE=$B/tools/placefs-stage
 
+# bench_bytes WHO SRC SHARD...: the bytes of a checkpoint's shards (SHARD... as
+# "$SRC"/*.safetensors gives them, or SRC itself); exit 2, naming WHO and SRC,
+# when a directory holds none.
+bench_bytes() {
+	[ -e "$3" ] || { echo "$1: $2 holds no .safetensors file" >&2; exit 2; }
+	shift 2
+	stat -L -c %s "$@" | awk '{ s += $1 } END { print s }'
+}
+
 bench_mounts=
 bench_cleanup() {
 	for m in $bench_mounts; do

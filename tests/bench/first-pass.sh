@@ -122,13 +122,8 @@ else
 	"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$src"
 fi
 # The checkpoint's shards: the file itself, or a directory's .safetensors files.
-if [ -d "$src" ]; then
-	set -- "$src"/*.safetensors
-	[ -e "$1" ] || { echo "first-pass: $src holds no .safetensors file" >&2; exit 2; }
-else
-	set -- "$src"
-fi
-total=$(stat -L -c %s "$@" | awk '{ s += $1 } END { print s }')
+if [ -d "$src" ]; then set -- "$src"/*.safetensors; else set -- "$src"; fi
+total=$(bench_bytes first-pass "$src" "$@")
 # The first read of freshly written pages costs the kernel more (LRU
 # activation, doc/PERFORMANCE.md 0.0.3): --prime reads the shards once first, so
 # that every row sees the page cache as a checkpoint read before leaves it.
