@@ -37,6 +37,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 struct mnt {
 	dev_t dev;
 	uint64_t largest; /* largest file of this mount on the command line */
+	uint64_t packed;  /* its files' bytes, each at a multiple of BATCH_ALIGN (saturated) */
 	bool have_info;
 	struct placefs_ioc_ring_info ri;
 	struct placefs_client_dest *dest;
@@ -67,7 +68,7 @@ static struct {
 	uint32_t batch;
 } cfg;
 
-/* A --batch destination holds at least this much (or the largest tensor). */
+/* A --batch destination holds at most this much (or the largest tensor). */
 #define BATCH_DEST_BYTES ((uint64_t)64 << 20)
 /* Tensors' offsets in a batch destination, as the loaders lay them out. */
 #define BATCH_ALIGN 256
@@ -189,12 +190,33 @@ static int read_all(int fd, uint8_t *buf, uint64_t n)
 	return (uint64_t)r < n ? -EIO : 0;
 }
 
-/* The copy destination of a mount: its largest tensor, or a batch's room. */
+/* v rounded up to BATCH_ALIGN, saturated. */
+static uint64_t align_up(uint64_t v)
+{
+	return v > UINT64_MAX - (BATCH_ALIGN - 1)
+	               ? UINT64_MAX
+	               : (v + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+}
+
+/*
+ * The copy destination of a mount: its largest tensor; with --batch, room
+ * for a batch: BATCH_DEST_BYTES, but no more than N of its largest tensor
+ * or all of its files need (shared memory is not spent on room no batch
+ * uses), and never less than the largest tensor.
+ */
 static uint64_t dest_bytes(const struct mnt *mt)
 {
-	if (cfg.batch > 1 && mt->largest < BATCH_DEST_BYTES)
-		return BATCH_DEST_BYTES;
-	return mt->largest;
+	uint64_t room = BATCH_DEST_BYTES, most;
+
+	if (cfg.batch <= 1)
+		return mt->largest;
+	if (__builtin_mul_overflow(align_up(mt->largest), (uint64_t)cfg.batch, &most))
+		most = UINT64_MAX;
+	if (most < room)
+		room = most;
+	if (mt->packed < room)
+		room = mt->packed;
+	return room > mt->largest ? room : mt->largest;
 }
 
 /* The mount's ring info, destination and ring mapping, made on first use. */
@@ -464,7 +486,7 @@ static size_t batch_end(const struct file *files, size_t n, size_t i, const stru
 	size_t j;
 
 	for (j = i; j < n && j - i < cfg.batch && files[j].mnt == files[i].mnt; j++) {
-		uint64_t at = (used + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+		uint64_t at = align_up(used);
 
 		if (j > i && (at > room || files[j].size > room - at))
 			break;
@@ -521,7 +543,7 @@ static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt 
 			failed++;
 			continue;
 		}
-		used = (used + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+		used = align_up(used);
 		off[count] = used;
 		pos[count++] = i;
 		used += files[i].size;
@@ -692,6 +714,8 @@ static int collect(struct file *files, size_t n, struct mnt **mnts, size_t *nmnt
 		files[i].mnt = j;
 		if (files[i].size > v[j].largest)
 			v[j].largest = files[i].size;
+		if (__builtin_add_overflow(align_up(v[j].packed), files[i].size, &v[j].packed))
+			v[j].packed = UINT64_MAX;
 	}
 	*mnts = v;
 	*nmnt = k;
@@ -868,7 +892,7 @@ int main(int argc, char **argv)
 		uint64_t at = 0;
 
 		for (i = 0; i < nfiles; i++) {
-			at = (at + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+			at = align_up(at);
 			files[i].packed = at;
 			if (__builtin_add_overflow(at, files[i].size, &at) ||
 			    at > UINT64_MAX - BATCH_ALIGN) {
