@@ -371,6 +371,49 @@ struct totals {
 };
 
 /*
+ * Compares n staged bytes (got) with read()'s (want); when they differ,
+ * reports the first byte that does, and where the staged copy was (`where`).
+ * Returns 0 when they are the same, else -1.
+ */
+static int same_bytes(const char *path, const uint8_t *want, const uint8_t *got, uint64_t n,
+                      const char *where)
+{
+	uint64_t i = 0;
+
+	if (memcmp(want, got, n) == 0)
+		return 0;
+	while (want[i] == got[i])
+		i++;
+	errorf("%s: staged bytes differ from read() at byte %" PRIu64 " of %" PRIu64 " (%s)", path,
+	       i, n, where);
+	return -1;
+}
+
+/*
+ * Counts a staged tensor and, unless -q, prints its line: its bytes, the
+ * time of the request that staged it and that request's throughput (over
+ * req_bytes), then `what` (the batch, or ""), and the flags.
+ */
+static void tally(struct totals *tot, const char *path, uint64_t nbytes, uint32_t out_flags,
+                  bool verified, double secs, uint64_t req_bytes, const char *what)
+{
+	char sz[32];
+
+	tot->staged++;
+	tot->bytes += nbytes;
+	tot->verified += verified;
+	tot->prefetched += (out_flags & PLACEFS_IOC_STAGED_PREFETCHED) != 0;
+	if (cfg.quiet)
+		return;
+	bar_clear();
+	placefs_size_format(nbytes, sz, sizeof(sz));
+	printf("%12" PRIu64 " B %10s %9.3f ms %8.2f GB/s%s%s%s  %s\n", nbytes, sz, secs * 1e3,
+	       secs > 0 ? (double)req_bytes / secs / 1e9 : 0.0, what,
+	       (out_flags & PLACEFS_IOC_STAGED_PREFETCHED) ? "  prefetched" : "",
+	       verified ? "  verified" : "", path);
+}
+
+/*
  * Stages one file and verifies it. The buffers hold the largest tensor.
  * Returns 0 or -1 (the failure is reported).
  */
@@ -383,7 +426,7 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 	uint64_t shape[2] = {0, 0};
 	unsigned ndim = 0;
 	double t0, t1, v0;
-	char sz[32];
+	char where[64];
 	int fd, rc, ok = -1;
 	bool verified = false;
 
@@ -437,16 +480,9 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 			errorf("%s: cannot read the staged bytes back: %s", f->path, e.msg);
 			goto release;
 		}
-		if (memcmp(want, got, r.nbytes) != 0) {
-			uint64_t i = 0;
-
-			while (want[i] == got[i])
-				i++;
-			errorf("%s: staged bytes differ from read() at byte %" PRIu64 " of %" PRIu64
-			       " (ring offset %" PRIu64 ")",
-			       f->path, i, r.nbytes, r.ring_offset);
+		snprintf(where, sizeof(where), "ring offset %" PRIu64, r.ring_offset);
+		if (same_bytes(f->path, want, got, r.nbytes, where) != 0)
 			goto release;
-		}
 		verified = true;
 		tot->pending_s += placefs_clock_s() - v0;
 	}
@@ -456,20 +492,8 @@ release:
 		errorf("%s: %s", f->path, e.msg);
 		ok = -1;
 	}
-	if (ok == 0) {
-		tot->staged++;
-		tot->bytes += r.nbytes;
-		tot->verified += verified;
-		tot->prefetched += (r.out_flags & PLACEFS_IOC_STAGED_PREFETCHED) != 0;
-		if (!cfg.quiet) {
-			bar_clear();
-			placefs_size_format(r.nbytes, sz, sizeof(sz));
-			printf("%12" PRIu64 " B %10s %9.3f ms %8.2f GB/s%s%s  %s\n", r.nbytes, sz,
-			       (t1 - t0) * 1e3, t1 > t0 ? (double)r.nbytes / (t1 - t0) / 1e9 : 0.0,
-			       (r.out_flags & PLACEFS_IOC_STAGED_PREFETCHED) ? "  prefetched" : "",
-			       verified ? "  verified" : "", f->path);
-		}
-	}
+	if (ok == 0)
+		tally(tot, f->path, r.nbytes, r.out_flags, verified, t1 - t0, r.nbytes, "");
 out:
 	close(fd);
 	return ok;
@@ -518,7 +542,7 @@ static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt 
 	uint32_t count = 0, done = 0, k;
 	size_t failed = 0, i;
 	double t0, t1;
-	char sz[32];
+	char where[80], what[48];
 	int fd, rc;
 
 	if (placefs_client_open(files[0].path, &fd, &e) != 0) {
@@ -646,35 +670,17 @@ static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt 
 				failed++;
 				continue;
 			}
-			if (memcmp(want, got, f->size) != 0) {
-				uint64_t b = 0;
-
-				while (want[b] == got[b])
-					b++;
-				errorf("%s: staged bytes differ from read() at byte %" PRIu64
-				       " of %" PRIu64 " (batch %lu, destination offset %" PRIu64
-				       ")",
-				       f->path, b, f->size, batches, off[k]);
+			snprintf(where, sizeof(where), "batch %lu, destination offset %" PRIu64,
+			         batches, off[k]);
+			if (same_bytes(f->path, want, got, f->size, where) != 0) {
 				failed++;
 				continue;
 			}
 			verified = true;
 			tot->pending_s += placefs_clock_s() - v0;
 		}
-		tot->staged++;
-		tot->bytes += r->nbytes;
-		tot->verified += verified;
-		tot->prefetched += (r->out_flags & PLACEFS_IOC_STAGED_PREFETCHED) != 0;
-		if (!cfg.quiet) {
-			bar_clear();
-			placefs_size_format(r->nbytes, sz, sizeof(sz));
-			printf("%12" PRIu64
-			       " B %10s %9.3f ms %8.2f GB/s  batch %lu of %u%s%s  %s\n",
-			       r->nbytes, sz, (t1 - t0) * 1e3,
-			       t1 > t0 ? (double)moved / (t1 - t0) / 1e9 : 0.0, batches, count,
-			       (r->out_flags & PLACEFS_IOC_STAGED_PREFETCHED) ? "  prefetched" : "",
-			       verified ? "  verified" : "", f->path);
-		}
+		snprintf(what, sizeof(what), "  batch %lu of %u", batches, count);
+		tally(tot, f->path, r->nbytes, r->out_flags, verified, t1 - t0, moved, what);
 	}
 out:
 	close(fd);
