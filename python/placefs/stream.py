@@ -222,11 +222,12 @@ class _Stream:
                     torch.empty(0, dtype=torch.uint8)
         return _torch.typed(torch, t, raw)
 
-    def _views(self, flat, tensors, offs):
-        """The results of tensors at offs of flat (a uint8 torch tensor), in host memory:
-        in bulk (_torch.typed_views), or one by one when a rank's part is cut out."""
+    def _views(self, flat, tensors, offs, device="cpu"):
+        """The results of tensors at offs of flat (a uint8 torch tensor on device): in
+        bulk (_torch.typed_views), or one by one when a rank's part is cut out."""
         if self.shard:
-            return [self._result(t, flat[o:o + t.nbytes], "cpu") for t, o in zip(tensors, offs)]
+            return [self._result(t, flat[o:o + t.nbytes], device)
+                    for t, o in zip(tensors, offs)]
         return _torch.typed_views(self.torch, flat, tensors, offs)
 
     def _tick(self, n):
@@ -331,14 +332,8 @@ class _Stream:
                 b.buf.unlink()
         out = []
         if b.kind == "cuda":
-            dev = "cuda:%d" % self.dev_index
-            if not self.shard:
-                # Views in bulk (_torch.typed_views: a run of one shape, one unbind).
-                views = _torch.typed_views(self.torch, b.buf, b.tensors, b.offs)
-                return [(t.name, v) for t, v in zip(b.tensors, views)]
-            for t, o in zip(b.tensors, b.offs):
-                out.append((t.name, self._result(t, b.buf[o:o + t.nbytes], dev)))
-            return out
+            views = self._views(b.buf, b.tensors, b.offs, "cuda:%d" % self.dev_index)
+            return list(zip([t.name for t in b.tensors], views))
         shm = b.buf
         flat = None
         if shm is not None and self.torch is not None:
