@@ -45,8 +45,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "cold-disk: needs root to drop the page cache" >&2; exit 77; }
 if [ -n "$source" ]; then
-	[ -e "$source" ] || { echo "cold-disk: --source $source: no such file or directory" >&2; exit 2; }
-	source=$(cd "$(dirname "$source")" && printf '%s/%s' "$(pwd)" "$(basename "$source")")
+	source=$(bench_source cold-disk "$source")
 	dir=$(dirname "$source")
 fi
 case $(stat -f -c %T "$dir") in

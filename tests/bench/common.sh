@@ -12,6 +12,13 @@ TOUCHBENCH=$B/tests/bench/touchbench
 XATTRBENCH=$B/tests/bench/xattrbench
 PLACEFS_STAGE=$B/tools/placefs-stage
 
+# bench_source WHO PATH: a --source PATH made absolute; exit 2, naming WHO, when
+# it does not exist.
+bench_source() {
+	[ -e "$2" ] || { echo "$1: --source $2: no such file or directory" >&2; exit 2; }
+	printf '%s/%s' "$(cd "$(dirname "$2")" && pwd)" "$(basename "$2")"
+}
+
 # bench_bytes WHO SRC SHARD...: the bytes of a checkpoint's shards (SHARD... as
 # "$SRC"/*.safetensors gives them, or SRC itself); exit 2, naming WHO and SRC,
 # when a directory holds none.

@@ -106,8 +106,7 @@ mib() {
 }
 
 if [ -n "$source" ]; then
-	[ -e "$source" ] || { echo "first-pass: --source $source: no such file or directory" >&2; exit 2; }
-	source=$(cd "$(dirname "$source")" && printf '%s/%s' "$(pwd)" "$(basename "$source")")
+	source=$(bench_source first-pass "$source")
 fi
 bench_work=$(mktemp -d /dev/shm/placefs-first.XXXXXX)
 src=$bench_work/ckpt
