@@ -594,7 +594,8 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 	struct placefs_client_error e;
 	struct placefs_ioc_ring_info ri;
 	struct placefs_client_dest *d;
-	uint64_t *idx, *off, *len, total = 0, cpu_idx, v;
+	uint64_t *idx, *off, *len, total = 0, payload = 0, room, cpu_idx, v;
+	struct stat cst;
 	uint8_t **want, *got;
 	uint32_t done, i, n = (uint32_t)argc;
 	int fd, rc, k;
@@ -603,7 +604,7 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 	off = calloc(n, sizeof(*off));
 	len = calloc(n, sizeof(*len));
 	want = calloc(n, sizeof(*want));
-	ent = calloc(n + 1, sizeof(*ent));
+	ent = calloc(n > 4 ? n : 4, sizeof(*ent)); /* the failing batch below has 4 entries */
 	if (!idx || !off || !len || !want || !ent)
 		return 2;
 	for (i = 0; i < n; i++) {
@@ -614,11 +615,19 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 		want[i] = slurp(argv[i], &len[i]);
 		off[i] = total;
 		total = align256(total + len[i]);
+		payload += len[i];
 	}
 	CHECK(placefs_client_index(cpu, &cpu_idx, &e) == 0, "index of %s: %s", cpu, e.msg);
+	/* Room for the cpu file too, so that its entry fails for its placement (EFBIG), not
+	 * for its size. */
+	if (stat(cpu, &cst) != 0) {
+		fprintf(stderr, "batch: %s: %s\n", cpu, strerror(errno));
+		return 2;
+	}
+	room = (uint64_t)cst.st_size > total ? (uint64_t)cst.st_size : total;
 	fd = xopen(argv[0], O_RDONLY);
 	if (placefs_client_ring_info(fd, &ri, &e) != 0 ||
-	    placefs_client_dest_create(&ri, total + 256, &d, &e) != 0) {
+	    placefs_client_dest_create(&ri, room + 256, &d, &e) != 0) {
 		fprintf(stderr, "batch: %s\n", e.msg);
 		return 2;
 	}
@@ -658,11 +667,9 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 	rc = placefs_client_copy_batch(fd, d, &one, 1, PLACEFS_IOC_BATCH_RANGES, 0, &done, &e);
 	CHECK(rc == 0 && done == 1 && one.error == 0, "range batch: rc %d done %u error %d: %s", rc,
 	      done, one.error, e.msg);
-	v = 0;
-	for (i = 0; i < n; i++)
-		v += len[i];
-	CHECK(one.nbytes == v, "range batch moved %" PRIu64 " bytes, the gpu files hold %" PRIu64,
-	      one.nbytes, v);
+	CHECK(one.nbytes == payload,
+	      "range batch moved %" PRIu64 " bytes, the gpu files hold %" PRIu64, one.nbytes,
+	      payload);
 	CHECK(placefs_client_dest_read(d, 0, got, total + 256, &e) == 0, "dest_read: %s", e.msg);
 	for (i = 0; i < n; i++)
 		CHECK(memcmp(got + off[i] + 256, want[i], len[i]) == 0,
@@ -672,19 +679,23 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 	memset(ent, 0, 4 * sizeof(*ent));
 	ent[0].tensor = idx[0];
 	ent[1].tensor = cpu_idx;
-	ent[1].dest_offset = off[1 % n];
+	ent[1].dest_offset = 0;
 	ent[2].tensor = (uint64_t)1 << 40;
-	ent[3].tensor = idx[n - 1];
-	ent[3].dest_offset = total + 255; /* past the destination's end */
+	/* The largest gpu file past the destination's end (one of 0 bytes fits anywhere). */
+	for (i = 1, k = 0; i < n; i++)
+		if (len[i] > len[k])
+			k = (int)i;
+	ent[3].tensor = idx[k];
+	ent[3].dest_offset = room + 255;
 	rc = placefs_client_copy_batch(fd, d, ent, 4, 0, 0, &done, &e);
-	CHECK(rc == -EFBIG && done == 1, "mixed batch: rc %s done %u (%s)",
+	CHECK(rc == -EFBIG && done == (len[k] ? 1u : 2u), "mixed batch: rc %s done %u (%s)",
 	      placefs_client_errno_name(rc), done, e.msg);
 	CHECK(strstr(e.msg, "batch entry 1 (tensor ") != NULL, "mixed batch message: %s", e.msg);
 	CHECK(ent[0].error == 0 && ent[0].nbytes == len[0], "entry 0: error %d", ent[0].error);
 	CHECK(ent[1].error == EFBIG, "cpu entry: %s", placefs_client_errno_name(ent[1].error));
 	CHECK(ent[2].error == ERANGE, "index past the plan: %s",
 	      placefs_client_errno_name(ent[2].error));
-	CHECK(ent[3].error == EINVAL || (len[n - 1] == 0 && ent[3].error == 0),
+	CHECK(ent[3].error == EINVAL || (len[k] == 0 && ent[3].error == 0),
 	      "entry past the destination: %s", placefs_client_errno_name(ent[3].error));
 
 	/* Requests refused whole: entries untouched, nothing done. */
