@@ -19,6 +19,11 @@
 #     first-pass.sh's configurations). The placefs-stage figures above are the best of four
 #     passes on one mount, so warm ones.
 #
+# --oneshot [OPTIONS] runs tests/bench/oneshot-table.sh instead: the one-shot
+# table of issue #13 (doc/PERFORMANCE.md's first section), every figure from
+# a fresh mount, in one run.
+#
+#   tests/bench/gpu.sh --oneshot [--quick] [--disk-dir DIR] [--no-disk] [--no-metadata]
 #   tests/bench/gpu.sh [--layers N] [--limit SIZE] [--ring SIZE] [--disk-layers N]
 #                      [--disk-dir DIR] [--no-first-pass] [--first-pass-configs LIST]
 #
@@ -38,6 +43,7 @@ first_pass=1
 fp_configs=
 while [ $# -gt 0 ]; do
 	case $1 in
+	--oneshot) shift; exec sh "$top/tests/bench/oneshot-table.sh" "$@" ;;
 	--no-first-pass) first_pass=0 ;;
 	--first-pass-configs) fp_configs=$2; shift ;;
 	--layers) layers=$2; shift ;;
@@ -45,7 +51,7 @@ while [ $# -gt 0 ]; do
 	--ring) ring_size=$2; shift ;;
 	--disk-layers) disk_layers=$2; shift ;;
 	--disk-dir) disk_dir=$2; shift ;;
-	*) echo "usage: $0 [--layers N] [--limit SIZE] [--ring SIZE] [--disk-layers N] [--disk-dir DIR] [--no-first-pass] [--first-pass-configs LIST]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--oneshot ...] [--layers N] [--limit SIZE] [--ring SIZE] [--disk-layers N] [--disk-dir DIR] [--no-first-pass] [--first-pass-configs LIST]" >&2; exit 2 ;;
 	esac
 	shift
 done

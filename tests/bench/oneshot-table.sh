@@ -1,0 +1,117 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The one-shot table of issue #13 (doc/PERFORMANCE.md, first section) in one
+# run, every figure from a fresh mount, the references in the same run:
+#   - the pinned host-to-device ceiling (before and after every group, by
+#     first-pass.sh) and the peer, safetensors.torch.load_file(device=cuda:0)
+#     of every shard of the Llama;
+#   - the Llama (placefs-mkckpt --llama, 4 shards, index, in /dev/shm), limits
+#     512 MiB and none: placefs-stage --all's first pass, and in a process that
+#     already has CUDA load_state_dict, iter_weights, the cpu part against a
+#     parallel pread, and the first tensor (first-pass.sh --loader);
+#   - the mixture of experts (placefs-mkckpt --moe, 8 shards, index), no
+#     limit: the same loader figures, and placefs-stage --all --batch 256;
+#   - cold disk (cold-disk.sh: the page cache dropped before every row,
+#     against a parallel O_DIRECT reader and buffered dd), unless --no-disk;
+#   - the mount of 100,000 tensors with the default device (metadata.sh),
+#     unless --no-metadata.
+# Then a summary of the lines the table is made of; the exit status is 1 when
+# a part failed (the parts after it still run). Needs root (cold disk), a
+# CUDA build, a GPU and torch; BENCH_DEVICE=host is a dry run of the plumbing
+# without a GPU (no ceiling, no loader rows, host ring). --quick uses small
+# checkpoints (for that dry run). The full run is meant to fit one 10-minute
+# call on the GPU machine (build included); --no-disk and --no-metadata
+# shorten it. (It was written in a stop that got no GPU machine: its first
+# full run is the next one there.)
+#
+#   tests/bench/oneshot-table.sh [--quick] [--disk-dir DIR] [--no-disk] [--no-metadata]
+#
+# Results: stdout and ${OUT:-/tmp}/oneshot-table.txt; each part's own file
+# in ${OUT:-/tmp}/oneshot-table/.
+. "$(dirname "$0")/common.sh"
+llama=32:4096:14336:128256
+moe=48:1024:352:256:32000
+disk_llama=8:4096:14336:128256
+meta_tensors=100000
+disk_dir=/var/tmp
+disk=1
+meta=1
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) llama=2:1024:2048:8000; moe=4:64:16:16:1000; disk_llama=2:1024:2048:8000; meta_tensors=2000 ;;
+	--disk-dir) disk_dir=$2; shift ;;
+	--no-disk) disk=0 ;;
+	--no-metadata) meta=0 ;;
+	*) echo "usage: $0 [--quick] [--disk-dir DIR] [--no-disk] [--no-metadata]" >&2; exit 2 ;;
+	esac
+	shift
+done
+out=${OUT:-/tmp}
+parts=$out/oneshot-table
+mkdir -p "$parts/llama" "$parts/moe" "$parts/disk"
+res=$out/oneshot-table.txt
+: >"$res"
+say() {
+	printf '%s\n' "$*" | tee -a "$res"
+}
+host=0
+failed=0
+[ "${BENCH_DEVICE:-cuda:0}" != host ] || host=1
+bench_work=$(mktemp -d /dev/shm/placefs-table.XXXXXX)
+t0=$(now_ns)
+el() {
+	python3 -c "print('%.0f' % (($(now_ns) - $t0) / 1e9))"
+}
+say "one-shot table: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo no GPU), $(nproc) cpus, $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+# The Llama, and the peer on the same shards.
+"$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$bench_work/llama"
+peer=
+if [ "$host" = 0 ]; then
+	cat "$bench_work"/llama/*.safetensors >/dev/null
+	peer=$(python3 "$top/tests/bench/gpu-ref.py" peer "$bench_work/llama")
+	say "$peer"
+fi
+ONESHOT=load,iter,cpu,first OUT=$parts/llama sh "$top/tests/bench/first-pass.sh" \
+	--source "$bench_work/llama" --prime --configs "512MiB:-:- none:-:-" --verify first \
+	--loader "512MiB:-:- none:-:-" >/dev/null
+rm -rf "$bench_work/llama"
+say "== llama done at $(el) s"
+
+# The mixture of experts.
+"$MKCKPT" --quiet --moe "$moe" --shards 8 --index "$bench_work/moe"
+ONESHOT=load,iter,first OUT=$parts/moe sh "$top/tests/bench/first-pass.sh" \
+	--source "$bench_work/moe" --prime --configs "none:-:-" --stage-batch 256 --verify none \
+	--loader "none:-:-" >/dev/null
+rm -rf "$bench_work/moe"
+say "== mixture of experts done at $(el) s"
+
+if [ "$disk" = 1 ]; then
+	OUT=$parts/disk sh "$top/tests/bench/cold-disk.sh" --dir "$disk_dir" --llama "$disk_llama" \
+		--threads "8" --limits "512MiB none" >/dev/null || { say "cold-disk.sh: exit $?"; failed=1; }
+	say "== cold disk done at $(el) s"
+fi
+if [ "$meta" = 1 ]; then
+	sh "$top/tests/bench/metadata.sh" --tensors "$meta_tensors" >"$parts/metadata.txt" 2>&1 ||
+		{ say "metadata.sh: exit $? (its output: $parts/metadata.txt)"; failed=1; }
+	say "== metadata done at $(el) s"
+fi
+
+# The summary: the lines the table is made of, each from its part's file.
+say ""
+say "== the Llama ($llama), /dev/shm, fresh mount per row"
+[ -z "$peer" ] || say "peer (load_file, every shard): $(printf '%s' "$peer" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p') GB/s"
+grep -E "^pinned H2D|^one-shot|^limit|^512MiB|^none" "$parts/llama/first-pass.txt" | tee -a "$res"
+say "== the mixture of experts ($moe), /dev/shm, fresh mount per row"
+grep -E "^pinned H2D|^one-shot|^limit|^none" "$parts/moe/first-pass.txt" | tee -a "$res"
+grep -E "^loader .*first:" "$parts/moe/first-pass.txt" | tee -a "$res" || true
+if [ "$disk" = 1 ] && [ -s "$parts/disk/cold-disk.txt" ]; then
+	say "== cold disk ($disk_llama), page cache dropped before every row"
+	sed -n '/^cold page cache before every row/,$p' "$parts/disk/cold-disk.txt" | tee -a "$res"
+fi
+if [ "$meta" = 1 ]; then
+	say "== mount of $meta_tensors tensors"
+	grep -E "^start to mounted" "$parts/metadata.txt" | tee -a "$res" || true
+fi
+say "== all done at $(el) s"
+exit $failed
