@@ -91,7 +91,7 @@ ref_t=
 for t in $threads; do
 	cold
 	ref=$("$READBENCH" -d -t "$t" -b $((8 << 20)) -p $((64 << 20)) "$bench_work/manifest")
-	g=$(printf '%s\n' "$ref" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+	g=$(field gbps "$ref")
 	say "O_DIRECT reader, $t threads, 8 MiB reads, 64 MiB pieces: $g GB/s"
 	if python3 -c "import sys; sys.exit(0 if float('$g') > float('$ref_g') else 1)"; then
 		ref_g=$g

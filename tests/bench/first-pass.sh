@@ -144,7 +144,7 @@ fi
 ceil="gbps=0 (no ceiling: BENCH_DEVICE=${BENCH_DEVICE:-})"
 [ "${BENCH_DEVICE:-cuda:0}" = host ] || ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
 say "$ceil"
-ceil_g=$(printf '%s' "$ceil" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+ceil_g=$(field gbps "$ceil")
 rows=
 seen_zc=
 for c in $configs; do
@@ -253,7 +253,7 @@ done
 ceil2_g=
 if [ "${BENCH_DEVICE:-cuda:0}" != host ]; then
 	ceil2=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
-	ceil2_g=$(printf '%s' "$ceil2" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+	ceil2_g=$(field gbps "$ceil2")
 fi
 say ""
 say "pinned H2D ceiling (torch, 4 GiB pinned, 64 MiB chunks): $ceil_g GB/s${ceil2_g:+; after the rows $ceil2_g GB/s ($(ratio "$ceil2_g" "$ceil_g") x)}"

@@ -84,10 +84,10 @@ say "checkpoint: $layers layers, $total bytes in /dev/shm, staging limit $limit,
 
 ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
 say "$ceil"
-ceil_g=$(printf '%s' "$ceil" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+ceil_g=$(field gbps "$ceil")
 peer=$(python3 "$top/tests/bench/gpu-ref.py" peer "$src")
 say "$peer"
-peer_g=$(printf '%s' "$peer" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+peer_g=$(field gbps "$peer")
 
 t0=$(now_ns)
 bench_mount "$src" "$mnt" -o "$mount_opts"

@@ -64,17 +64,17 @@ el() {
 }
 say "one-shot table: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo no GPU), $(nproc) cpus, $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?')"
 
-# The Llama, and the peer on the same shards.
+# The Llama, then the peer on the same shards (which first-pass.sh's --prime
+# has read once, as it does before its own rows).
 "$MKCKPT" --quiet --llama "$llama" --shards 4 --index "$bench_work/llama"
-peer=
-if [ "$host" = 0 ]; then
-	cat "$bench_work"/llama/*.safetensors >/dev/null
-	peer=$(python3 "$top/tests/bench/gpu-ref.py" peer "$bench_work/llama")
-	say "$peer"
-fi
 ONESHOT=load,iter,cpu,first OUT=$parts/llama sh "$top/tests/bench/first-pass.sh" \
 	--source "$bench_work/llama" --prime --configs "512MiB:-:- none:-:-" --verify first \
 	--loader "512MiB:-:- none:-:-" >/dev/null
+peer=
+if [ "$host" = 0 ]; then
+	peer=$(python3 "$top/tests/bench/gpu-ref.py" peer "$bench_work/llama")
+	say "$peer"
+fi
 rm -rf "$bench_work/llama"
 say "== llama done at $(el) s"
 
@@ -100,7 +100,7 @@ fi
 # The summary: the lines the table is made of, each from its part's file.
 say ""
 say "== the Llama ($llama), /dev/shm, fresh mount per row"
-[ -z "$peer" ] || say "peer (load_file, every shard): $(printf '%s' "$peer" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p') GB/s"
+[ -z "$peer" ] || say "peer (load_file, every shard): $(field gbps "$peer") GB/s"
 grep -E "^pinned H2D|^one-shot|^limit|^512MiB|^none" "$parts/llama/first-pass.txt" | tee -a "$res"
 say "== the mixture of experts ($moe), /dev/shm, fresh mount per row"
 grep -E "^pinned H2D|^one-shot|^limit|^none" "$parts/moe/first-pass.txt" | tee -a "$res"

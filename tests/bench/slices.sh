@@ -118,7 +118,7 @@ if [ "$kind" = cuda ]; then
 	for d in $(printf '%s' "$list" | tr ',' ' '); do
 		c=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)) --device "$d")
 		say "pinned H2D ceiling on $d (torch, 4 GiB pinned, 64 MiB chunks): $c"
-		[ "$ceil_g" != 0 ] || ceil_g=$(printf '%s' "$c" | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
+		[ "$ceil_g" != 0 ] || ceil_g=$(field gbps "$c")
 	done
 else
 	say "no ceiling: host stand-ins ($list)"
