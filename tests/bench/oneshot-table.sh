@@ -21,8 +21,7 @@
 # without a GPU (no ceiling, no loader rows, host ring). --quick uses small
 # checkpoints (for that dry run). The full run is meant to fit one 10-minute
 # call on the GPU machine (build included); --no-disk and --no-metadata
-# shorten it. (It was written in a stop that got no GPU machine: its first
-# full run is the next one there.)
+# shorten it: with both, 158 s on an H100 instance (stop 31, build apart).
 #
 #   tests/bench/oneshot-table.sh [--quick] [--disk-dir DIR] [--no-disk] [--no-metadata]
 #
