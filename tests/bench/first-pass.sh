@@ -4,7 +4,7 @@
 # Needs a CUDA build, a GPU and python3 with torch (for the ceiling and the
 # loader). For every configuration LIMIT:ZC:HB[:THREADS[:VAR=VALUE]] (LIMIT
 # a staging limit or "none"; ZC 0/1 for -o zero_copy, or "-" for the
-# default; HB the -o host_buffer, or "-" for the default; THREADS sets PLACEFS_STAGE_IO_THREADS, 0
+# default; HB the -o host_buffer, or "-" for the default; THREADS sets PLACEFS_STAGE_IO_THREADS, 0, "-"
 # or absent = the default; VAR=VALUE one more environment setting of the
 # daemon) it mounts the checkpoint afresh and measures:
 #   - time to the first tensor: from the return of the mount command to the
@@ -86,7 +86,7 @@ PY
 }
 # row_env THREADS VAR=VALUE: a row's daemon environment (in the row's subshell).
 row_env() {
-	if [ -n "$1" ] && [ "$1" != 0 ]; then
+	if [ -n "$1" ] && [ "$1" != 0 ] && [ "$1" != - ]; then
 		export PLACEFS_STAGE_IO_THREADS="$1"
 	fi
 	if [ -n "$2" ]; then
