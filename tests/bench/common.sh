@@ -97,6 +97,13 @@ now_ns() {
 	date +%s%N
 }
 
+# h2d_ceiling [--device D]: the pinned host-to-device ceiling every bench
+# measures beside its rows (tests/bench/gpu-ref.py ceiling: 4 GiB pinned,
+# copied in 64 MiB chunks), as its "name=ceiling ... gbps=G" line; needs torch.
+h2d_ceiling() {
+	python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)) "$@"
+}
+
 # field NAME LINE: value of NAME=... in a readbench output line.
 field() {
 	printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"

@@ -142,7 +142,7 @@ else
 fi
 # BENCH_DEVICE=host (a dry run of the script without a GPU) skips torch.
 ceil="gbps=0 (no ceiling: BENCH_DEVICE=${BENCH_DEVICE:-})"
-[ "${BENCH_DEVICE:-cuda:0}" = host ] || ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
+[ "${BENCH_DEVICE:-cuda:0}" = host ] || ceil=$(h2d_ceiling)
 say "$ceil"
 ceil_g=$(field gbps "$ceil")
 rows=
@@ -252,7 +252,7 @@ done
 # run (a busy host shares the last-level cache and the memory bus) shows it.
 ceil2_g=
 if [ "${BENCH_DEVICE:-cuda:0}" != host ]; then
-	ceil2=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
+	ceil2=$(h2d_ceiling)
 	ceil2_g=$(field gbps "$ceil2")
 fi
 say ""

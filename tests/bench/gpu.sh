@@ -82,7 +82,7 @@ say "gpu-bench: $(nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.wi
 say "checkpoint: $layers layers, $total bytes in /dev/shm, staging limit $limit, ring ${ring_size:-the limit}"
 "$PLAN" --buffer-size "$limit" ${ring_size:+--ring-size "$ring_size"} "$src" | tail -n 4 | tee -a "$res"
 
-ceil=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)))
+ceil=$(h2d_ceiling)
 say "$ceil"
 ceil_g=$(field gbps "$ceil")
 peer=$(python3 "$top/tests/bench/gpu-ref.py" peer "$src")

@@ -5,12 +5,13 @@
 #   - the pinned host-to-device ceiling (before and after every group, by
 #     first-pass.sh) and the peer, safetensors.torch.load_file(device=cuda:0)
 #     of every shard of the Llama;
-#   - the Llama (placefs-mkckpt --llama, 4 shards, index, in /dev/shm), limits
-#     512 MiB and none: placefs-stage --all's first pass, and in a process that
-#     already has CUDA load_state_dict, iter_weights, the cpu part against a
-#     parallel pread, and the first tensor (first-pass.sh --loader);
-#   - the mixture of experts (placefs-mkckpt --moe, 8 shards, index), no
-#     limit: the same loader figures, and placefs-stage --all --batch 256;
+#   - the mixture of experts (placefs-mkckpt --moe, 8 shards, index, in
+#     /dev/shm), no limit: placefs-stage --all --batch 256's first pass, and in
+#     a process that already has CUDA load_state_dict, iter_weights and the
+#     first tensor (first-pass.sh --loader);
+#   - the Llama (placefs-mkckpt --llama, 4 shards, index), limits 512 MiB and
+#     none: placefs-stage --all's first pass, the same loader figures, and the
+#     cpu part against a parallel pread;
 #   - cold disk (cold-disk.sh: the page cache dropped before every row,
 #     against a parallel O_DIRECT reader and buffered dd), unless --no-disk;
 #   - the mount of 100,000 tensors with the default device (metadata.sh),

@@ -116,7 +116,7 @@ say "checkpoint: --llama $llama, 4 shards, $(du -sb "$src" | cut -f1) bytes in /
 ceil_g=0
 if [ "$kind" = cuda ]; then
 	for d in $(printf '%s' "$list" | tr ',' ' '); do
-		c=$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) --chunk $((64 << 20)) --device "$d")
+		c=$(h2d_ceiling --device "$d")
 		say "pinned H2D ceiling on $d (torch, 4 GiB pinned, 64 MiB chunks): $c"
 		[ "$ceil_g" != 0 ] || ceil_g=$(field gbps "$c")
 	done

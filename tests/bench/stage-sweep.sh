@@ -45,8 +45,7 @@ mnt=$bench_work/mnt
 "$MKCKPT" --quiet --llama "$layers:4096:11008:32000" --shards 4 --index "$src"
 ceil=
 if python3 -c 'import torch' 2>/dev/null; then
-	ceil=$(field gbps "$(python3 "$top/tests/bench/gpu-ref.py" ceiling --bytes $((4 << 30)) \
-		--chunk $((64 << 20)))")
+	ceil=$(field gbps "$(h2d_ceiling)")
 	echo "pinned H2D ceiling (torch): $ceil GB/s"
 fi
 echo "checkpoint: $layers layers, limit $limit, ring ${ring_size:-the limit}"
