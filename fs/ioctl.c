@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "fill.h"
+#include "gate.h"
 #include "ioctl.h"
 #include "log.h"
 #include "size.h"
@@ -130,6 +131,7 @@ struct placefs_ioctl {
 	struct placefs_stagers *ss;  /* one stager per device; NULL: staging disabled */
 	unsigned nst;                /* placefs_stagers_count(ss) */
 	struct placefs_filler *fill; /* READ mode: shard -> caller's shm, no ring */
+	struct placefs_gate *gate;   /* the stagers' disk reads; NULL: -o disk_streams=0 */
 
 	/* The batch pool (STAGE_BATCH): its threads run entries of the oldest job. */
 	pthread_mutex_t block;
@@ -2016,6 +2018,25 @@ static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 	                    (const void *const[]){&b});
 }
 
+/* staging.disk: the disk gate's counters (lib/gate.h); streams 0 when there is none. */
+static void disk_stats(struct placefs_gate *g, struct placefs_stats *w)
+{
+	struct placefs_gate_stats d;
+
+	placefs_gate_get_stats(g, &d);
+	placefs_stats_begin(w, "disk");
+	placefs_stats_u64(w, "streams", d.streams);
+	placefs_stats_u64(w, "cached_reads", d.cached_reads);
+	placefs_stats_u64(w, "cached_bytes", d.cached_bytes);
+	placefs_stats_u64(w, "disk_reads", d.disk_reads);
+	placefs_stats_u64(w, "disk_bytes", d.disk_bytes);
+	placefs_stats_u64(w, "unknown_reads", d.unknown_reads);
+	placefs_stats_u64(w, "waits", d.waits);
+	placefs_stats_u64(w, "wait_ns", d.wait_ns);
+	placefs_stats_u64(w, "peak", d.peak);
+	placefs_stats_end(w);
+}
+
 void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 {
 	struct placefs_stager_stats s;
@@ -2058,6 +2079,7 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 		placefs_stats_end(w);
 	}
 	placefs_stats_end(w);
+	disk_stats(fs->gate, w);
 	read_stats(fs, w);
 	placefs_stats_end(w);
 }
@@ -2208,6 +2230,14 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 		cfg.stager.prefetch = m->opts->prefetch;
 		cfg.stager.zero_copy = m->opts->zero_copy;
 		cfg.stager.direct_copy = m->opts->direct_copy;
+		if (m->opts->disk_streams > 0) {
+			rc = placefs_gate_create(m->opts->disk_streams, &fs->gate, err);
+			if (rc != 0) {
+				placefs_ioctl_free(fs);
+				return rc;
+			}
+		}
+		cfg.stager.gate = fs->gate;
 		placefs_error_clear(&e);
 		rc = placefs_stagers_create(&cfg, &fs->ss, &e);
 		if (rc != 0 && !m->opts->device_auto) {
@@ -2325,6 +2355,7 @@ void placefs_ioctl_free(struct placefs_ioctl *fs)
 		pthread_join(fs->bthreads[i], NULL);
 	placefs_log_limit_flush(&fs->loglim, "staging");
 	placefs_stagers_free(fs->ss);
+	placefs_gate_free(fs->gate); /* after the stagers, which borrow it */
 	placefs_filler_free(fs->fill);
 	for (i = 0; i < LEASE_BUCKETS; i++) {
 		while (fs->leases[i]) {

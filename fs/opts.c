@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "gate.h"
 #include "opts.h"
 #include "plan.h"
 #include "size.h"
@@ -28,6 +29,7 @@ struct parse_ctx {
 	char *host_buffer;
 	char *ring_size;
 	char *push_threads;
+	char *disk_streams;
 	char *max_background;
 	char *zero_copy;
 	char *direct_copy;
@@ -66,6 +68,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("host_buffer=%s", host_buffer),
         CTX_OPT("ring_size=%s", ring_size),
         CTX_OPT("push_threads=%s", push_threads),
+        CTX_OPT("disk_streams=%s", disk_streams),
         CTX_OPT("max_background=%s", max_background),
         CTX_OPT("zero_copy=%s", zero_copy),
         CTX_OPT("direct_copy=%s", direct_copy),
@@ -108,7 +111,7 @@ static const char *const own_names[] = {
         "readahead",        "host_buffer", "ring_size",     "push_threads",
         "max_background",   "zero_copy",   "stage_timeout", "max_waiting",
         "user_share",       "noprefetch",  "prefix",        "max_threads",
-        "max_idle_threads", "direct_copy",
+        "max_idle_threads", "direct_copy", "disk_streams",
 };
 
 /*
@@ -467,6 +470,7 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->device_auto = 1;
 	o->prefetch = 1;
 	o->push_threads = PLACEFS_PUSH_THREADS;
+	o->disk_streams = PLACEFS_GATE_STREAMS_DEFAULT;
 	o->max_background = PLACEFS_MAX_BACKGROUND;
 	o->stage_timeout = PLACEFS_STAGE_TIMEOUT;
 	o->max_waiting = PLACEFS_MAX_WAITING;
@@ -599,6 +603,10 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	    (rc = parse_count(ctx.push_threads, "push_threads", 0, PLACEFS_PUSH_THREADS_MAX,
 	                      &o->push_threads, err)) < 0)
 		goto out;
+	if (ctx.disk_streams &&
+	    (rc = parse_count(ctx.disk_streams, "disk_streams", 0, PLACEFS_GATE_STREAMS_MAX,
+	                      &o->disk_streams, err)) < 0)
+		goto out;
 	if (ctx.max_background &&
 	    (rc = parse_count(ctx.max_background, "max_background", 1, PLACEFS_MAX_BACKGROUND_MAX,
 	                      &o->max_background, err)) < 0)
@@ -663,6 +671,7 @@ out:
 	free(ctx.read_mode);
 	free(ctx.readahead);
 	free(ctx.push_threads);
+	free(ctx.disk_streams);
 	free(ctx.max_background);
 	free(ctx.zero_copy);
 	free(ctx.direct_copy);
@@ -740,6 +749,9 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           memory (default 1); 0 copies through the ring\n"
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
 	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
+	        "    -o disk_streams=N      staging threads reading from the disk at once, for\n"
+	        "                           bytes not in the page cache (default: %d; 0 = no\n"
+	        "                           limit); page-cache reads are never held back\n"
 	        "    -o max_threads=N       worker threads (default: %d, at most %d)\n"
 	        "    -o max_background=N    readahead requests in flight, all readers together\n"
 	        "                           (default: %d; the kernel caps it for non-root\n"
@@ -771,7 +783,8 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "                           (may improve performance)\n"
 	        "    -o max_idle_threads=N  the maximum number of idle worker threads\n"
 	        "                           allowed (default: -1, no limit; at most %d)\n",
-	        prog, hbuf, hbuf_host, rahead, PLACEFS_PUSH_THREADS, PLACEFS_MIN_THREADS,
-	        PLACEFS_MAX_THREADS_MAX, PLACEFS_MAX_BACKGROUND, PLACEFS_STAGE_TIMEOUT,
-	        PLACEFS_MAX_WAITING, PLACEFS_USER_SHARE, PLACEFS_MAX_THREADS_MAX);
+	        prog, hbuf, hbuf_host, rahead, PLACEFS_PUSH_THREADS, PLACEFS_GATE_STREAMS_DEFAULT,
+	        PLACEFS_MIN_THREADS, PLACEFS_MAX_THREADS_MAX, PLACEFS_MAX_BACKGROUND,
+	        PLACEFS_STAGE_TIMEOUT, PLACEFS_MAX_WAITING, PLACEFS_USER_SHARE,
+	        PLACEFS_MAX_THREADS_MAX);
 }

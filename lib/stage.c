@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "gate.h"
 #include "io.h"
 #include "ring.h"
 #include "stage.h"
@@ -152,6 +153,7 @@ struct counters {
 
 struct placefs_stager {
 	struct placefs_backend *be;
+	struct placefs_gate *gate; /* borrowed from the config; NULL: none */
 	struct placefs_backend_info info;
 	struct placefs_ring *ring;
 
@@ -291,11 +293,14 @@ static void piece_done(struct placefs_stager *st, struct job *j, int rc,
 	pthread_mutex_unlock(&st->lock);
 }
 
-/* Reads bytes [off, off + n) of a tensor into buf; -EIO naming the tensor otherwise. */
-static int read_full(int fd, uint8_t *buf, uint64_t n, uint64_t off, const char *name,
-                     struct placefs_error *err)
+/*
+ * Reads bytes [off, off + n) of a tensor into buf, through the mount's disk
+ * gate when it has one (lib/gate.h); -EIO naming the tensor otherwise.
+ */
+static int read_full(struct placefs_stager *st, int fd, uint8_t *buf, uint64_t n, uint64_t off,
+                     const char *name, struct placefs_error *err)
 {
-	ssize_t r = placefs_io_pread_full(fd, buf, (size_t)n, off);
+	ssize_t r = placefs_gate_pread(st->gate, fd, buf, (size_t)n, off);
 
 	if (r < 0)
 		return placefs_error_set(
@@ -331,7 +336,7 @@ static int read_strided(struct placefs_stager *st, struct job *j, uint8_t *buf, 
 	if (j->rows_mode) {
 		k = n / l->seg_bytes;
 		span = (k - 1) * l->stride + l->seg_bytes;
-		rc = read_full(j->fd, buf, span, j->file_off + src, j->name, err);
+		rc = read_full(st, j->fd, buf, span, j->file_off + src, j->name, err);
 		if (rc != 0)
 			return rc;
 		for (i = 1; i < k; i++)
@@ -344,7 +349,7 @@ static int read_strided(struct placefs_stager *st, struct job *j, uint8_t *buf, 
 		src = placefs_slice_src(l, off + done, &run);
 		if (run > n - done)
 			run = n - done;
-		rc = read_full(j->fd, buf + done, run, j->file_off + src, j->name, err);
+		rc = read_full(st, j->fd, buf + done, run, j->file_off + src, j->name, err);
 		if (rc != 0)
 			return rc;
 	}
@@ -504,7 +509,7 @@ static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
 	if (j->strided)
 		rc = read_strided(st, j, buf, off, n, &e);
 	else
-		rc = read_full(j->fd, buf, n, j->file_off + off, j->name, &e);
+		rc = read_full(st, j->fd, buf, n, j->file_off + off, j->name, &e);
 	if (rc == 0) {
 		if (!j->strided)
 			CNT_ADD(st, read_bytes, n);
@@ -1219,6 +1224,7 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 	st->spin_ns = spin_ns;
 	st->slice_read = slice_read;
 	st->direct = direct;
+	st->gate = cfg->gate;
 	rc = placefs_backend_create(cfg->device, cfg->ring_bytes, cfg->host_buffer, &st->be, err);
 	if (rc != 0 || !st->be) {
 		free(st);

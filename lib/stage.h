@@ -103,6 +103,7 @@
 
 struct placefs_stager;
 struct placefs_zerocopy;
+struct placefs_gate;
 
 /* How a strided slice fills a bounce chunk (see "Slices" above). */
 enum placefs_stage_slice_read {
@@ -146,6 +147,12 @@ struct placefs_stager_config {
 	 * anything else is -EINVAL), else on; > 0 on; < 0 off.
 	 */
 	int direct_copy;
+	/*
+	 * NULL: the I/O threads read as they come. Else the mount's disk gate
+	 * (lib/gate.h), borrowed: reads of bytes not in the page cache wait for
+	 * one of its slots. It must outlive the stager.
+	 */
+	struct placefs_gate *gate;
 };
 
 /* Per-request options; a NULL pointer means all defaults. */

@@ -19,6 +19,8 @@
 #     a cpu file in a batch fails alone), the client library's batches
 #     (test_stage_ioctl batch), 8 concurrent clients, 2 worker threads with 4 clients,
 #     the ring's high-water mark within its size;
+#   - the disk gate: shards dropped from the page cache staged through
+#     -o disk_streams=1 (never two readers in the disk at once), =0 no gate;
 #   - -o ring_size three times the limit: the ring's size in the plan, stats,
 #     ring info ioctl and log, every gpu tensor staged byte-exact; below the
 #     limit refused (exit 2); ignored with -o device=none;
@@ -378,6 +380,47 @@ clients two-workers 4 - --mode borrow
 note "4 clients on 2 workers, 256 KiB host buffer, no prefetch: ok"
 umount_fs "$MP"
 
+# ---- the disk gate: bytes not in the page cache, at most -o disk_streams readers ---------------
+# The multi-shard checkpoint with its shards dropped from the page cache
+# (where the file system lets them go: not tmpfs), staged whole with one disk
+# stream: the bytes exact, the stats' staging.disk counting the reads that
+# took the slot and never more than one at once; disk_streams=0, no gate.
+"$PYTHON" - multi/*.safetensors <<'EOF' || fail "evicting the shards"
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+EOF
+mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=1,noprefetch
+out=$(tmo 60 "$STAGE" --mode copy --all "$MP") || fail "disk_streams=1: $out"
+out=$(tmo 60 "$STAGE" --mode copy --verify --all "$MP") || fail "disk_streams=1 --verify: $out"
+echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" || fail "disk_streams=1: $out"
+[ "$(stat_get "$MP" staging.disk.streams)" = 1 ] || fail "stats: staging.disk.streams"
+peak=$(stat_get "$MP" staging.disk.peak)
+dreads=$(stat_get "$MP" staging.disk.disk_reads)
+creads=$(stat_get "$MP" staging.disk.cached_reads)
+unknown=$(stat_get "$MP" staging.disk.unknown_reads)
+[ "$peak" -le 1 ] || fail "disk_streams=1: $peak readers in the disk at once"
+if [ "$unknown" -gt 0 ]; then
+	note "disk gate: this kernel cannot tell cached bytes (no cachestat(2)): $unknown reads ungated"
+elif [ "$(stat -f -c %T multi)" = tmpfs ]; then
+	[ "$dreads" -eq 0 ] && [ "$creads" -gt 0 ] || fail "tmpfs: $dreads gated reads, $creads cached"
+	note "disk gate: the shards are on tmpfs, $creads reads all cached, none gated"
+else
+	# The first pass found the shards cold, the second (--verify) in the page cache.
+	[ "$dreads" -gt 0 ] && [ "$peak" -eq 1 ] && [ "$creads" -gt 0 ] ||
+		fail "cold shards: $dreads gated reads (peak $peak), $creads cached"
+	note "disk gate: $dreads cold reads through 1 stream, then $creads from the page cache"
+fi
+umount_fs "$MP"
+mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=0
+out=$(tmo 60 "$STAGE" --mode copy --verify --all "$MP") || fail "disk_streams=0: $out"
+[ "$(stat_get "$MP" staging.disk.streams)" = 0 ] || fail "disk_streams=0: a gate"
+[ "$(stat_get "$MP" staging.disk.disk_reads)" = 0 ] || fail "disk_streams=0: gated reads"
+umount_fs "$MP"
+
 # ---- -o ring_size: a ring three times the limit ----------------------------------------------
 # A 2000000-byte limit with -o ring_size=6000000: the ring is 6000000 rounded up
 # to 4 KiB (6000640 bytes) everywhere it shows (plan, plan.json, stats, the
@@ -477,7 +520,7 @@ else
 fi
 for opt in device=cuda:1024 device=cuda:-1 device=gpu host_buffer=1K host_buffer=8G \
 	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M zero_copy=2 zero_copy=on \
-	direct_copy=2 direct_copy=yes direct_copy=; do
+	direct_copy=2 direct_copy=yes direct_copy= disk_streams=65 disk_streams=-1 disk_streams=two; do
 	st=0
 	tmo 20 "$PLACEFS" -f -o "$opt" seed.safetensors "$MP" >bad.out 2>&1 || st=$?
 	[ "$st" -eq 2 ] || fail "-o $opt: exit $st, expected 2: $(cat bad.out)"
