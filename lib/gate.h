@@ -6,10 +6,12 @@
  * The staging I/O threads (one per CPU, up to 16) read pieces of a few MiB
  * each. From the page cache that parallelism is what reaches the copy
  * engine's pace; from a cold disk it is a dozen scattered reads in flight,
- * which some disks (virtual ones among them) serve slower than one
- * sequential stream: measured on an H100 instance's virtio disk (stop 32,
- * doc/PERFORMANCE.md), a cold one-shot load ran at 1.25-1.66 GB/s with 14
- * readers and 1.52-1.84 GB/s with 2, against buffered dd's 1.21-1.69.
+ * which some disks serve slower than fewer streams. The gate is off by
+ * default (-o disk_streams=0): on stop 32's H100 instances (virtio disk,
+ * doc/PERFORMANCE.md) a cold one-shot load through 1, 2 or 4 streams was
+ * within the run-to-run noise of the ungated one (1.07-1.38 against
+ * 1.14-1.34 GB/s, buffered dd 1.23-1.45 between the rows), so it is an
+ * option to measure on one's own disk, not a default.
  *
  * placefs_gate_pread() asks the kernel whether the range is all in the page
  * cache (cachestat(2), Linux 6.5; no I/O is started by asking). If it is,
@@ -18,8 +20,9 @@
  * cachestat(2) (or a file it does not serve) cannot tell, and every read
  * goes ahead as if there were no gate: the warm path is never slowed by it.
  *
- * The gate is shared by every reader of one mount (each device's I/O
- * threads, the reader threads): it is the disk that is shared.
+ * One gate serves every device's I/O threads of a mount: it is the disk
+ * that is shared. (The reader threads of PLACEFS_IOC_STAGE_READ and the
+ * FUSE reads do not go through it.)
  */
 #ifndef PLACEFS_GATE_H
 #define PLACEFS_GATE_H
@@ -30,8 +33,8 @@
 
 #include "error.h"
 
-/* -o disk_streams: its default, and its largest value (0 = no gate). */
-#define PLACEFS_GATE_STREAMS_DEFAULT 2
+/* -o disk_streams: its default (0 = no gate), and its largest value. */
+#define PLACEFS_GATE_STREAMS_DEFAULT 0
 #define PLACEFS_GATE_STREAMS_MAX     64
 
 struct placefs_gate;
