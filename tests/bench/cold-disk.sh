@@ -5,19 +5,24 @@
 #   - the disk's own ceiling: readbench -d, a parallel O_DIRECT reader
 #     (8 MiB reads, the shards cut into 64 MiB pieces), the best over the
 #     thread counts of --threads (default "1 4 8 16");
-#   - buffered dd of the shards one after another (bs=16M);
+#   - buffered dd of the shards one after another (bs=16M), before the
+#     rows and again after each limit's rows: a row's "x dd" is against the
+#     mean of the dd passes just before and just after it (a virtual disk
+#     drifts by a third within a run);
 #   - placefs-stage --all --mode copy, the first pass after the mount;
 #   - the one-shot load of tests/bench/oneshot.py (load_state_dict into
 #     cuda:0 and host memory), per staging limit and per loader cpu= mode of
 #     --cpu (default "auto"; "auto read" measures the mapped cpu part
 #     against the daemon's reads, each from a cold cache).
 # Every placefs figure is printed with its ratio to the O_DIRECT reader and
-# to dd. Needs root (drop_caches); the loader rows need torch, and a CUDA
+# to dd. --streams "0 2" repeats each limit's rows per -o disk_streams value
+# (lib/gate.h; default: the daemon's default only). Needs root (drop_caches); the loader rows need torch, and a CUDA
 # build and a GPU unless BENCH_DEVICE=host (then into host memory, --device
 # cpu: the development machine's stand-in).
 #
 #   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V | --source PATH]
 #                            [--threads "N ..."] [--limits "512MiB none"] [--cpu "auto read"]
+#                            [--streams "N ..."]
 #
 # DIR (default /var/tmp) must be on the disk to measure, not tmpfs; the
 # checkpoint is written there. --source measures a checkpoint of yours where
@@ -30,6 +35,7 @@ llama=8:4096:14336:128256
 threads="1 4 8 16"
 limits="512MiB none"
 cpu_modes=auto
+streams=-
 source=
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -39,7 +45,8 @@ while [ $# -gt 0 ]; do
 	--threads) threads=$2; shift ;;
 	--limits) limits=$2; shift ;;
 	--cpu) cpu_modes=$2; shift ;;
-	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V | --source PATH] [--threads "N ..."] [--limits LIST] [--cpu MODES]" >&2; exit 2 ;;
+	--streams) streams=$2; shift ;;
+	*) echo "usage: $0 [--dir DIR] [--llama L:H:I:V | --source PATH] [--threads "N ..."] [--limits LIST] [--cpu MODES] [--streams LIST]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -100,46 +107,66 @@ for t in $threads; do
 done
 say "reference: the parallel O_DIRECT reader at its best ($ref_t threads): $ref_g GB/s"
 
-cold
-t0=$(now_ns)
-for f in "$@"; do
-	dd if="$f" of=/dev/null bs=16M status=none
-done
-t1=$(now_ns)
-dd_g=$(python3 -c "print('%.2f' % ($total / (($t1 - $t0) / 1e9) / 1e9))")
+# dd_pass: buffered dd of every shard from a cold cache; prints GB/s.
+dd_pass() {
+	cold
+	t0=$(now_ns)
+	for f in "$@"; do
+		dd if="$f" of=/dev/null bs=16M status=none
+	done
+	t1=$(now_ns)
+	python3 -c "print('%.2f' % ($total / (($t1 - $t0) / 1e9) / 1e9))"
+}
+dd_g=$(dd_pass "$@")
+dd_all=$dd_g
 say "buffered dd bs=16M, shards one after another: $dd_g GB/s"
 
 rows=
 for lim in $limits; do
-	opts=device=${BENCH_DEVICE:-cuda:0}
-	[ "$lim" = none ] || opts="$opts,buffer_size=$lim"
-	cold
-	mkdir -p "$mnt"
-	"$PLACEFS" -o "$opts" "$src" "$mnt"
-	line=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
-	fusermount3 -u "$mnt"
-	sg=$(printf '%s\n' "$line" | gbps_of)
-	say "limit $lim: placefs-stage --all copy, first pass, cold: $line"
-	dev=cuda:0
-	[ "${BENCH_DEVICE:-cuda:0}" != host ] || dev=cpu
-	for cm in $cpu_modes; do
+	for ds in $streams; do
+		opts=device=${BENCH_DEVICE:-cuda:0}
+		[ "$lim" = none ] || opts="$opts,buffer_size=$lim"
+		lab=$lim
+		[ "$ds" = - ] || { opts="$opts,disk_streams=$ds"; lab="$lim s=$ds"; }
 		cold
-		lline=$(ONESHOT_CPU=$cm PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 \
-			"$top/tests/bench/oneshot.py" "$PLACEFS" "$opts" "$src" "$mnt" --what load \
-			--device "$dev")
-		say "limit $lim: $lline"
-		lg=$(printf '%s\n' "$lline" | gbps_of)
-		rows="$rows$lim cpu=$cm|$sg|$lg
+		mkdir -p "$mnt"
+		"$PLACEFS" -o "$opts" "$src" "$mnt"
+		line=$("$PLACEFS_STAGE" --all "$mnt" --mode copy -q | tail -n 1)
+		fusermount3 -u "$mnt"
+		sg=$(printf '%s\n' "$line" | gbps_of)
+		say "limit $lab: placefs-stage --all copy, first pass, cold: $line"
+		dev=cuda:0
+		[ "${BENCH_DEVICE:-cuda:0}" != host ] || dev=cpu
+		for cm in $cpu_modes; do
+			cold
+			lline=$(ONESHOT_CPU=$cm PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" python3 \
+				"$top/tests/bench/oneshot.py" "$PLACEFS" "$opts" "$src" "$mnt" --what load \
+				--device "$dev")
+			say "limit $lab: $lline"
+			lg=$(printf '%s\n' "$lline" | gbps_of)
+			rows="$rows$lab cpu=$cm|$sg|$lg|$dd_g
 "
+		done
 	done
+	# dd again: the rows of this limit are compared with the mean of the
+	# passes around them.
+	dd_n=$(dd_pass "$@")
+	say "buffered dd bs=16M after the rows of limit $lim: $dd_n GB/s"
+	rows=$(printf '%s' "$rows" | awk -F'|' -v n="$dd_n" 'BEGIN { OFS = "|" }
+		NF == 4 && $4 !~ /=$/ { $4 = sprintf("%.2f", ($4 + n) / 2); $4 = $4 "=" } { print }')
+	rows="$rows
+"
+	dd_g=$dd_n
+	dd_all="$dd_all $dd_n"
 done
 
 say ""
-say "cold page cache before every row, fresh mount; ratios to the O_DIRECT reader at its best ($ref_g GB/s) and to buffered dd ($dd_g GB/s)"
-say "$(printf '%-17s | %-28s | %-28s' 'limit, loader cpu' 'placefs-stage --all (GB/s)' 'one-shot load (GB/s)')"
-printf '%s' "$rows" | while IFS='|' read -r l s g; do
+say "cold page cache before every row, fresh mount; ratios to the O_DIRECT reader at its best ($ref_g GB/s) and to the mean of the buffered dd passes just before and after the row (dd passes in order: $dd_all GB/s)"
+say "$(printf '%-22s | %-28s | %-28s | %s' 'limit, loader cpu' 'placefs-stage --all (GB/s)' 'one-shot load (GB/s)' 'dd')"
+printf '%s' "$rows" | while IFS='|' read -r l s g d; do
 	[ -n "$l" ] || continue
-	say "$(printf '%-17s | %6s %5s x ref %5s x dd | %6s %5s x ref %5s x dd' "$l" "$s" \
-		"$(ratio "$s" "$ref_g")" "$(ratio "$s" "$dd_g")" "$g" "$(ratio "$g" "$ref_g")" \
-		"$(ratio "$g" "$dd_g")")"
+	d=${d%=}
+	say "$(printf '%-22s | %6s %5s x ref %5s x dd | %6s %5s x ref %5s x dd | %s' "$l" "$s" \
+		"$(ratio "$s" "$ref_g")" "$(ratio "$s" "$d")" "$g" "$(ratio "$g" "$ref_g")" \
+		"$(ratio "$g" "$d")" "$d")"
 done
