@@ -2034,6 +2034,8 @@ static void disk_stats(struct placefs_gate *g, struct placefs_stats *w)
 	placefs_stats_u64(w, "waits", d.waits);
 	placefs_stats_u64(w, "wait_ns", d.wait_ns);
 	placefs_stats_u64(w, "peak", d.peak);
+	placefs_stats_u64(w, "waiting", d.waiting);
+	placefs_stats_u64(w, "sequential", d.sequential);
 	placefs_stats_end(w);
 }
 

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -30,11 +31,22 @@ struct cachestat_abi {
 	uint64_t nr_recently_evicted;
 };
 
+/* A reader waiting for a slot, on its own stack; linked while it waits. */
+struct waiter {
+	struct waiter *next;
+	int fd;
+	uint64_t off;
+	bool granted; /* a slot was handed to it; lock held */
+};
+
 struct placefs_gate {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	pthread_cond_t cond; /* a slot was handed over */
 	unsigned streams;
-	unsigned held;                /* slots taken; lock held */
+	unsigned held;       /* slots taken; lock held */
+	struct waiter *wait; /* readers waiting, unordered; lock held */
+	int last_fd;         /* where the last gated read ended, for the sweep */
+	uint64_t last_end;
 	struct placefs_gate_stats st; /* lock held */
 };
 
@@ -80,6 +92,7 @@ int placefs_gate_create(unsigned streams, struct placefs_gate **out, struct plac
 	if (rc != 0)
 		goto fail_lock;
 	g->streams = streams;
+	g->last_fd = -1;
 	g->st.streams = streams;
 	*out = g;
 	return 0;
@@ -100,32 +113,78 @@ void placefs_gate_free(struct placefs_gate *g)
 	free(g);
 }
 
-/* Takes a slot, waiting for one when all are held. */
-static void take(struct placefs_gate *g)
+/* Whether (fd, off) comes before (gfd, goff) in the sweep's order. */
+static bool before(int fd, uint64_t off, int gfd, uint64_t goff)
 {
+	return fd < gfd || (fd == gfd && off < goff);
+}
+
+/*
+ * The waiter next in the sweep: the first at or after where the last gated
+ * read ended, in (descriptor, offset) order, else (the sweep wraps) the
+ * first of all. Lock held; g->wait not empty.
+ */
+static struct waiter **next_waiter(struct placefs_gate *g)
+{
+	struct waiter **ahead = NULL, **first = NULL;
+
+	for (struct waiter **w = &g->wait; *w; w = &(*w)->next) {
+		if (!first || before((*w)->fd, (*w)->off, (*first)->fd, (*first)->off))
+			first = w;
+		if (!before((*w)->fd, (*w)->off, g->last_fd, g->last_end) &&
+		    (!ahead || before((*w)->fd, (*w)->off, (*ahead)->fd, (*ahead)->off)))
+			ahead = w;
+	}
+	return ahead ? ahead : first;
+}
+
+void placefs_gate_enter(struct placefs_gate *g, int fd, uint64_t off)
+{
+	struct waiter me = {.fd = fd, .off = off};
+
 	pthread_mutex_lock(&g->lock);
-	if (g->held >= g->streams) {
+	if (g->held < g->streams && !g->wait) {
+		g->held++;
+	} else {
 		uint64_t t0 = placefs_clock_ns();
 
 		g->st.waits++;
-		while (g->held >= g->streams)
+		me.next = g->wait;
+		g->wait = &me;
+		g->st.waiting++;
+		while (!me.granted)
 			pthread_cond_wait(&g->cond, &g->lock);
 		g->st.wait_ns += placefs_clock_ns() - t0;
 	}
-	g->held++;
+	/* held counts this reader now (taken here, or handed over by leave). */
 	if (g->held > g->st.peak)
 		g->st.peak = g->held;
+	if (fd == g->last_fd && off == g->last_end)
+		g->st.sequential++;
+	g->last_fd = fd;
+	g->last_end = off;
 	pthread_mutex_unlock(&g->lock);
 }
 
-static void give(struct placefs_gate *g, ssize_t got)
+void placefs_gate_leave(struct placefs_gate *g, int fd, uint64_t end, uint64_t bytes)
 {
 	pthread_mutex_lock(&g->lock);
-	g->held--;
 	g->st.disk_reads++;
-	if (got > 0)
-		g->st.disk_bytes += (uint64_t)got;
-	pthread_cond_signal(&g->cond);
+	g->st.disk_bytes += bytes;
+	if (fd == g->last_fd && end > g->last_end)
+		g->last_end = end;
+	if (g->wait) {
+		/* The slot goes to the next waiter in the sweep, never to a newcomer. */
+		struct waiter **w = next_waiter(g);
+		struct waiter *x = *w;
+
+		*w = x->next;
+		g->st.waiting--;
+		x->granted = true;
+		pthread_cond_broadcast(&g->cond);
+	} else {
+		g->held--;
+	}
 	pthread_mutex_unlock(&g->lock);
 }
 
@@ -156,9 +215,9 @@ ssize_t placefs_gate_pread(struct placefs_gate *g, int fd, void *buf, size_t len
 		count(g, cached, got);
 		return got;
 	}
-	take(g);
+	placefs_gate_enter(g, fd, off);
 	got = placefs_io_pread_full(fd, buf, len, off);
-	give(g, got);
+	placefs_gate_leave(g, fd, off + (got > 0 ? (uint64_t)got : 0), got > 0 ? (uint64_t)got : 0);
 	return got;
 }
 

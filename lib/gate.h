@@ -11,12 +11,18 @@
  * doc/PERFORMANCE.md) a cold one-shot load through 1, 2 or 4 streams was
  * within the run-to-run noise of the ungated one (1.07-1.38 against
  * 1.14-1.34 GB/s, buffered dd 1.23-1.45 between the rows), so it is an
- * option to measure on one's own disk, not a default.
+ * option to measure on one's own disk, not a default. That gate admitted
+ * waiting readers as they came; the sweep below came after and is not yet
+ * measured on a GPU machine.
  *
  * placefs_gate_pread() asks the kernel whether the range is all in the page
  * cache (cachestat(2), Linux 6.5; no I/O is started by asking). If it is,
  * the read goes ahead at once; if not, the reader waits for one of the
- * gate's `streams` slots and reads with it held. A kernel without
+ * gate's `streams` slots and reads with it held. A freed slot goes to the
+ * waiting reader next in a sweep over (descriptor, offset) from where the
+ * last gated read ended, wrapping to the lowest: the disk sees the pieces
+ * in file order, as one sequential reader (buffered dd) reads them, instead
+ * of in the order a dozen I/O threads happen to ask. A kernel without
  * cachestat(2) (or a file it does not serve) cannot tell, and every read
  * goes ahead as if there were no gate: the warm path is never slowed by it.
  *
@@ -49,6 +55,8 @@ struct placefs_gate_stats {
 	uint64_t waits;         /* disk reads that found every slot taken */
 	uint64_t wait_ns;       /* their time waiting */
 	unsigned peak;          /* most slots held at once */
+	unsigned waiting;       /* readers waiting now */
+	uint64_t sequential;    /* disk reads admitted where the one before ended */
 };
 
 /*
@@ -72,6 +80,16 @@ ssize_t placefs_gate_pread(struct placefs_gate *g, int fd, void *buf, size_t len
  * len 0 is 1.
  */
 int placefs_gate_cached(int fd, uint64_t off, uint64_t len);
+
+/*
+ * The gate around a read of the caller's own that needs the disk: enter
+ * takes a slot for reading fd from off (waiting, in the sweep's order, while
+ * all are held); leave gives it back, saying where the read ended and how
+ * many bytes it brought. placefs_gate_pread() is these around a pread;
+ * every enter must be followed by one leave from the same thread.
+ */
+void placefs_gate_enter(struct placefs_gate *g, int fd, uint64_t off);
+void placefs_gate_leave(struct placefs_gate *g, int fd, uint64_t end, uint64_t bytes);
 
 /* A snapshot of the counters. */
 void placefs_gate_get_stats(struct placefs_gate *g, struct placefs_gate_stats *out);

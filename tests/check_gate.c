@@ -246,6 +246,123 @@ START_TEST(test_cold_two_streams)
 }
 END_TEST
 
+/* ---- the sweep: a freed slot goes to the waiter next in file order -------------------- */
+
+struct sweeper {
+	struct placefs_gate *g;
+	int fd;
+	uint64_t off;
+};
+
+static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sweeper *order[8];
+static unsigned norder;
+
+static void *sweep_main(void *arg)
+{
+	struct sweeper *w = arg;
+
+	placefs_gate_enter(w->g, w->fd, w->off);
+	pthread_mutex_lock(&order_lock);
+	order[norder++] = w;
+	pthread_mutex_unlock(&order_lock);
+	placefs_gate_leave(w->g, w->fd, w->off + 4096, 4096);
+	return NULL;
+}
+
+/* Holds the only slot at (fd, off), queues ws, frees the slot at end; returns the order. */
+static void sweep(struct placefs_gate *g, int fd, uint64_t off, uint64_t end, struct sweeper *ws,
+                  unsigned n)
+{
+	pthread_t th[8];
+	struct placefs_gate_stats s;
+
+	norder = 0;
+	placefs_gate_enter(g, fd, off);
+	for (unsigned i = 0; i < n; i++) {
+		ws[i].g = g;
+		ck_assert_int_eq(pthread_create(&th[i], NULL, sweep_main, &ws[i]), 0);
+		/* One at a time, so that each is queued before the next starts. */
+		for (int k = 0; k < 5000; k++) {
+			placefs_gate_get_stats(g, &s);
+			if (s.waiting == i + 1)
+				break;
+			usleep(1000);
+		}
+		ck_assert_uint_eq(s.waiting, i + 1);
+	}
+	placefs_gate_leave(g, fd, end, end - off);
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+	ck_assert_uint_eq(norder, n);
+}
+
+START_TEST(test_sweep_order)
+{
+	struct placefs_gate *g;
+	struct placefs_gate_stats s;
+	/* Asked out of order; admitted in file order, each where the one before ended. */
+	struct sweeper a[4] = {{.fd = 7, .off = 12288},
+	                       {.fd = 7, .off = 4096},
+	                       {.fd = 7, .off = 16384},
+	                       {.fd = 7, .off = 8192}};
+	/* From (7, 24576) on: (7, 30000), then (9, 100); wrapped: (5, 50), (7, 0). */
+	struct sweeper b[4] = {{.fd = 7, .off = 0},
+	                       {.fd = 9, .off = 100},
+	                       {.fd = 5, .off = 50},
+	                       {.fd = 7, .off = 30000}};
+
+	ck_assert_int_eq(placefs_gate_create(1, &g, NULL), 0);
+	sweep(g, 7, 0, 4096, a, 4);
+	ck_assert_ptr_eq(order[0], &a[1]);
+	ck_assert_ptr_eq(order[1], &a[3]);
+	ck_assert_ptr_eq(order[2], &a[0]);
+	ck_assert_ptr_eq(order[3], &a[2]);
+	placefs_gate_get_stats(g, &s);
+	ck_assert_uint_eq(s.sequential, 4);
+	ck_assert_uint_eq(s.waits, 4);
+	ck_assert_uint_eq(s.peak, 1);
+	ck_assert_uint_eq(s.waiting, 0);
+	ck_assert_uint_eq(s.disk_reads, 5);
+	ck_assert_uint_eq(s.disk_bytes, 5 * 4096);
+
+	sweep(g, 7, 20480, 24576, b, 4);
+	ck_assert_ptr_eq(order[0], &b[3]);
+	ck_assert_ptr_eq(order[1], &b[1]);
+	ck_assert_ptr_eq(order[2], &b[2]);
+	ck_assert_ptr_eq(order[3], &b[0]);
+	placefs_gate_get_stats(g, &s);
+	/* The hold at (7, 20480) continued a[2]'s read; none of b continued the one before. */
+	ck_assert_uint_eq(s.sequential, 5);
+	placefs_gate_free(g);
+}
+END_TEST
+
+/* Two slots: a newcomer waits behind the queue, and at most two are held. */
+START_TEST(test_two_slots_hand_over)
+{
+	struct placefs_gate *g;
+	struct placefs_gate_stats s;
+	struct sweeper c[3] = {{.fd = 3, .off = 8192}, {.fd = 3, .off = 0}, {.fd = 3, .off = 4096}};
+
+	ck_assert_int_eq(placefs_gate_create(2, &g, NULL), 0);
+	placefs_gate_enter(g, 3,
+	                   1 << 20); /* one slot of two held here; sweep below takes the other */
+	sweep(g, 3, 1 << 21, (1 << 21) + 4096, c, 3);
+	placefs_gate_get_stats(g, &s);
+	ck_assert_uint_eq(s.peak, 2);
+	/* From (3, 2 MiB + 4 KiB) nothing is ahead: wrapped to the lowest, in order. */
+	ck_assert_ptr_eq(order[0], &c[1]);
+	ck_assert_ptr_eq(order[1], &c[2]);
+	ck_assert_ptr_eq(order[2], &c[0]);
+	placefs_gate_leave(g, 3, (1 << 20) + 4096, 4096);
+	placefs_gate_get_stats(g, &s);
+	ck_assert_uint_eq(s.waiting, 0);
+	ck_assert_uint_eq(s.disk_reads, 5);
+	placefs_gate_free(g);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("gate");
@@ -256,6 +373,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_cached_reads_pass);
 	tcase_add_test(tc, test_cold_one_stream);
 	tcase_add_test(tc, test_cold_two_streams);
+	tcase_add_test(tc, test_sweep_order);
+	tcase_add_test(tc, test_two_slots_hand_over);
 	suite_add_tcase(s, tc);
 	return s;
 }

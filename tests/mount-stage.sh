@@ -402,7 +402,10 @@ peak=$(stat_get "$MP" staging.disk.peak)
 dreads=$(stat_get "$MP" staging.disk.disk_reads)
 creads=$(stat_get "$MP" staging.disk.cached_reads)
 unknown=$(stat_get "$MP" staging.disk.unknown_reads)
+seq=$(stat_get "$MP" staging.disk.sequential)
 [ "$peak" -le 1 ] || fail "disk_streams=1: $peak readers in the disk at once"
+[ "$seq" -le "$dreads" ] || fail "disk_streams=1: $seq sequential of $dreads gated reads"
+[ "$(stat_get "$MP" staging.disk.waiting)" = 0 ] || fail "disk_streams=1: readers left waiting"
 if [ "$unknown" -gt 0 ]; then
 	note "disk gate: this kernel cannot tell cached bytes (no cachestat(2)): $unknown reads ungated"
 elif [ "$(stat -f -c %T multi)" = tmpfs ]; then
@@ -412,7 +415,7 @@ else
 	# The first pass found the shards cold, the second (--verify) in the page cache.
 	[ "$dreads" -gt 0 ] && [ "$peak" -eq 1 ] && [ "$creads" -gt 0 ] ||
 		fail "cold shards: $dreads gated reads (peak $peak), $creads cached"
-	note "disk gate: $dreads cold reads through 1 stream, then $creads from the page cache"
+	note "disk gate: $dreads cold reads through 1 stream ($seq where the one before ended), then $creads from the page cache"
 fi
 umount_fs "$MP"
 mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=0
