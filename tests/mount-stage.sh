@@ -20,7 +20,8 @@
 #     (test_stage_ioctl batch), 8 concurrent clients, 2 worker threads with 4 clients,
 #     the ring's high-water mark within its size;
 #   - the disk gate: shards dropped from the page cache staged through
-#     -o disk_streams=1 (never two readers in the disk at once), =0 no gate;
+#     -o disk_streams=1 (never two readers in the disk at once), =2 with four
+#     clients at once, =0 no gate;
 #   - -o ring_size three times the limit: the ring's size in the plan, stats,
 #     ring info ioctl and log, every gpu tensor staged byte-exact; below the
 #     limit refused (exit 2); ignored with -o device=none;
@@ -385,7 +386,8 @@ umount_fs "$MP"
 # (where the file system lets them go: not tmpfs), staged whole with one disk
 # stream: the bytes exact, the stats' staging.disk counting the reads that
 # took the slot and never more than one at once; disk_streams=0, no gate.
-"$PYTHON" - multi/*.safetensors <<'EOF' || fail "evicting the shards"
+evict_multi() {
+	"$PYTHON" - multi/*.safetensors <<'EOF' || fail "evicting the shards"
 import os, sys
 for p in sys.argv[1:]:
     fd = os.open(p, os.O_RDONLY)
@@ -393,6 +395,8 @@ for p in sys.argv[1:]:
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
 EOF
+}
+evict_multi
 mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=1,noprefetch
 out=$(tmo 60 "$STAGE" --mode copy --all "$MP") || fail "disk_streams=1: $out"
 out=$(tmo 60 "$STAGE" --mode copy --verify --all "$MP") || fail "disk_streams=1 --verify: $out"
@@ -417,6 +421,26 @@ else
 		fail "cold shards: $dreads gated reads (peak $peak), $creads cached"
 	note "disk gate: $dreads cold reads through 1 stream ($seq where the one before ended), then $creads from the page cache"
 fi
+umount_fs "$MP"
+# Two streams, prefetch on, four clients at once on cold shards: every byte
+# exact, never more than two readers in the disk, nobody left waiting.
+evict_multi
+mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=2
+pids=
+for c in 1 2 3 4; do
+	tmo 60 "$STAGE" --mode copy --verify --all "$MP" >gate.$c.out 2>&1 &
+	pids="$pids $!"
+done
+c=0
+for p in $pids; do
+	c=$((c + 1))
+	wait "$p" || fail "disk_streams=2, client $c: $(cat gate.$c.out)"
+	grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" gate.$c.out ||
+		fail "disk_streams=2, client $c: $(cat gate.$c.out)"
+done
+[ "$(stat_get "$MP" staging.disk.peak)" -le 2 ] || fail "disk_streams=2: more than 2 in the disk"
+[ "$(stat_get "$MP" staging.disk.waiting)" = 0 ] || fail "disk_streams=2: readers left waiting"
+note "disk gate, 2 streams, 4 clients: $(stat_get "$MP" staging.disk.disk_reads) gated reads, peak $(stat_get "$MP" staging.disk.peak)"
 umount_fs "$MP"
 mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=0
 out=$(tmo 60 "$STAGE" --mode copy --verify --all "$MP") || fail "disk_streams=0: $out"

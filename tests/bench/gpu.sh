@@ -23,7 +23,7 @@
 # table of issue #13 (doc/PERFORMANCE.md's first section), every figure from
 # a fresh mount, in one run.
 #
-#   tests/bench/gpu.sh --oneshot [--quick] [--disk-dir DIR] [--no-disk] [--no-metadata]
+#   tests/bench/gpu.sh --oneshot [--quick] [--disk-dir DIR] [--disk-streams LIST] [--no-disk] [--no-metadata]
 #   tests/bench/gpu.sh [--layers N] [--limit SIZE] [--ring SIZE] [--disk-layers N]
 #                      [--disk-dir DIR] [--no-first-pass] [--first-pass-configs LIST]
 #

@@ -14,6 +14,7 @@
 #     cpu part against a parallel pread;
 #   - cold disk (cold-disk.sh: the page cache dropped before every row,
 #     against a parallel O_DIRECT reader and buffered dd), unless --no-disk;
+#     --disk-streams "0 1 2" repeats its rows per -o disk_streams value;
 #   - the mount of 100,000 tensors with the default device (metadata.sh),
 #     unless --no-metadata.
 # Then a summary of the lines the table is made of; the exit status is 1 when
@@ -24,7 +25,8 @@
 # call on the GPU machine (build included); --no-disk and --no-metadata
 # shorten it: with both, 158 s on an H100 instance (stop 31, build apart).
 #
-#   tests/bench/oneshot-table.sh [--quick] [--disk-dir DIR] [--no-disk] [--no-metadata]
+#   tests/bench/oneshot-table.sh [--quick] [--disk-dir DIR] [--disk-streams LIST] [--no-disk]
+#                                [--no-metadata]
 #
 # Results: stdout and ${OUT:-/tmp}/oneshot-table.txt; each part's own file
 # in ${OUT:-/tmp}/oneshot-table/.
@@ -35,14 +37,16 @@ disk_llama=8:4096:14336:128256
 meta_tensors=100000
 disk_dir=/var/tmp
 disk=1
+disk_streams=-
 meta=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) llama=2:1024:2048:8000; moe=4:64:16:16:1000; disk_llama=2:1024:2048:8000; meta_tensors=2000 ;;
 	--disk-dir) disk_dir=$2; shift ;;
+	--disk-streams) disk_streams=$2; shift ;;
 	--no-disk) disk=0 ;;
 	--no-metadata) meta=0 ;;
-	*) echo "usage: $0 [--quick] [--disk-dir DIR] [--no-disk] [--no-metadata]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--quick] [--disk-dir DIR] [--disk-streams LIST] [--no-disk] [--no-metadata]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -89,7 +93,8 @@ say "== llama done at $(el) s"
 
 if [ "$disk" = 1 ]; then
 	OUT=$parts/disk sh "$top/tests/bench/cold-disk.sh" --dir "$disk_dir" --llama "$disk_llama" \
-		--threads "8" --limits "512MiB none" >/dev/null || { say "cold-disk.sh: exit $?"; failed=1; }
+		--threads "8" --limits "512MiB none" --streams "$disk_streams" >/dev/null ||
+		{ say "cold-disk.sh: exit $?"; failed=1; }
 	say "== cold disk done at $(el) s"
 fi
 if [ "$meta" = 1 ]; then
