@@ -2306,6 +2306,13 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 	         fs->nst == 1 ? "" : " per device", (unsigned long long)fs->info.host_buffer_bytes,
 	         hb, fs->info.nchunks, chunk, m->opts->prefetch ? "on" : "off",
 	         zs.direct ? "on" : "off", zc);
+	if (fs->gate) {
+		size_t n = strlen(fs->log_line);
+
+		snprintf(fs->log_line + n, sizeof(fs->log_line) - n,
+		         ", at most %u staging reads in the disk at once (-o disk_streams)",
+		         m->opts->disk_streams);
+	}
 	snprintf(fs->plan_line, sizeof(fs->plan_line),
 	         "staging: device %.300s, ring %llu bytes (%s%s), host buffer %llu bytes (%s)\n",
 	         fs->nst == 1 ? fs->info.name : spec, (unsigned long long)fs->info.ring_bytes, ring,

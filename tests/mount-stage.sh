@@ -398,6 +398,8 @@ EOF
 }
 evict_multi
 mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=1,noprefetch
+grep -q 'zero-copy off, at most 1 staging reads in the disk at once (-o disk_streams)$' "$MOUNT_LOG" ||
+	fail "disk_streams=1: not in the staging line of the log"
 out=$(tmo 60 "$STAGE" --mode copy --all "$MP") || fail "disk_streams=1: $out"
 out=$(tmo 60 "$STAGE" --mode copy --verify --all "$MP") || fail "disk_streams=1 --verify: $out"
 echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" || fail "disk_streams=1: $out"
