@@ -108,6 +108,14 @@ say ""
 say "== the Llama ($llama), /dev/shm, fresh mount per row"
 [ -z "$peer" ] || say "peer (load_file, every shard): $(field gbps "$peer") GB/s"
 grep -E "^pinned H2D|^one-shot|^limit|^512MiB|^none" "$parts/llama/first-pass.txt" | tee -a "$res"
+if [ -n "$peer" ]; then
+	# Each one-shot load_state_dict row against the peer measured beside it.
+	grep -E "^one-shot" "$parts/llama/first-pass.txt" | while read -r line; do
+		lim=$(printf '%s\n' "$line" | sed -n 's/.*limit \([^ ]*\) .*/\1/p')
+		g=$(printf '%s\n' "$line" | sed -n 's/.*load_state_dict \([0-9.]*\) GB\/s.*/\1/p')
+		[ -z "$g" ] || say "load_state_dict, limit $lim: $g GB/s = $(ratio "$g" "$(field gbps "$peer")") x load_file"
+	done
+fi
 say "== the mixture of experts ($moe), /dev/shm, fresh mount per row"
 grep -E "^pinned H2D|^one-shot|^limit|^none" "$parts/moe/first-pass.txt" | tee -a "$res"
 grep -E "^loader .*first:" "$parts/moe/first-pass.txt" | tee -a "$res" || true
