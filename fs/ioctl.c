@@ -2019,24 +2019,28 @@ static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 }
 
 /* staging.disk: the disk gate's counters (lib/gate.h); streams 0 when there is none. */
+#define DISK(path, kind, member) PLACEFS_STAT(path, kind, 0, struct placefs_gate_stats, member)
+
+static const struct placefs_stat disk_rows[] = {
+        DISK("disk.streams", UINT, streams),
+        DISK("disk.cached_reads", U64, cached_reads),
+        DISK("disk.cached_bytes", U64, cached_bytes),
+        DISK("disk.disk_reads", U64, disk_reads),
+        DISK("disk.disk_bytes", U64, disk_bytes),
+        DISK("disk.unknown_reads", U64, unknown_reads),
+        DISK("disk.waits", U64, waits),
+        DISK("disk.wait_ns", U64, wait_ns),
+        DISK("disk.peak", UINT, peak),
+        DISK("disk.waiting", UINT, waiting),
+        DISK("disk.sequential", U64, sequential),
+};
+
 static void disk_stats(struct placefs_gate *g, struct placefs_stats *w)
 {
 	struct placefs_gate_stats d;
 
 	placefs_gate_get_stats(g, &d);
-	placefs_stats_begin(w, "disk");
-	placefs_stats_u64(w, "streams", d.streams);
-	placefs_stats_u64(w, "cached_reads", d.cached_reads);
-	placefs_stats_u64(w, "cached_bytes", d.cached_bytes);
-	placefs_stats_u64(w, "disk_reads", d.disk_reads);
-	placefs_stats_u64(w, "disk_bytes", d.disk_bytes);
-	placefs_stats_u64(w, "unknown_reads", d.unknown_reads);
-	placefs_stats_u64(w, "waits", d.waits);
-	placefs_stats_u64(w, "wait_ns", d.wait_ns);
-	placefs_stats_u64(w, "peak", d.peak);
-	placefs_stats_u64(w, "waiting", d.waiting);
-	placefs_stats_u64(w, "sequential", d.sequential);
-	placefs_stats_end(w);
+	placefs_stats_table(w, disk_rows, PLACEFS_STATS_ROWS(disk_rows), (const void *const[]){&d});
 }
 
 void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)

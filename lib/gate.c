@@ -41,12 +41,11 @@ struct waiter {
 
 struct placefs_gate {
 	pthread_mutex_t lock;
-	pthread_cond_t cond; /* a slot was handed over */
-	unsigned streams;
-	unsigned held;       /* slots taken; lock held */
-	struct waiter *wait; /* readers waiting, unordered; lock held */
-	int last_fd;         /* where the last gated read ended, for the sweep */
-	uint64_t last_end;
+	pthread_cond_t cond;          /* a slot was handed over */
+	unsigned held;                /* slots taken, at most st.streams; lock held */
+	struct waiter *wait;          /* readers waiting, unordered; lock held */
+	int last_fd;                  /* the sweep's place: where the last gated read began, */
+	uint64_t last_end;            /* and where it ended once it left */
 	struct placefs_gate_stats st; /* lock held */
 };
 
@@ -91,7 +90,6 @@ int placefs_gate_create(unsigned streams, struct placefs_gate **out, struct plac
 	rc = placefs_clock_cond_init(&g->cond);
 	if (rc != 0)
 		goto fail_lock;
-	g->streams = streams;
 	g->last_fd = -1;
 	g->st.streams = streams;
 	*out = g;
@@ -143,7 +141,7 @@ void placefs_gate_enter(struct placefs_gate *g, int fd, uint64_t off)
 	struct waiter me = {.fd = fd, .off = off};
 
 	pthread_mutex_lock(&g->lock);
-	if (g->held < g->streams && !g->wait) {
+	if (g->held < g->st.streams && !g->wait) {
 		g->held++;
 	} else {
 		uint64_t t0 = placefs_clock_ns();
@@ -203,6 +201,7 @@ static void count(struct placefs_gate *g, int cached, ssize_t got)
 
 ssize_t placefs_gate_pread(struct placefs_gate *g, int fd, void *buf, size_t len, uint64_t off)
 {
+	uint64_t moved;
 	ssize_t got;
 	int cached;
 
@@ -217,7 +216,8 @@ ssize_t placefs_gate_pread(struct placefs_gate *g, int fd, void *buf, size_t len
 	}
 	placefs_gate_enter(g, fd, off);
 	got = placefs_io_pread_full(fd, buf, len, off);
-	placefs_gate_leave(g, fd, off + (got > 0 ? (uint64_t)got : 0), got > 0 ? (uint64_t)got : 0);
+	moved = got > 0 ? (uint64_t)got : 0;
+	placefs_gate_leave(g, fd, off + moved, moved);
 	return got;
 }
 

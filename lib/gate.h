@@ -86,7 +86,7 @@ int placefs_gate_cached(int fd, uint64_t off, uint64_t len);
  * takes a slot for reading fd from off (waiting, in the sweep's order, while
  * all are held); leave gives it back, saying where the read ended and how
  * many bytes it brought. placefs_gate_pread() is these around a pread;
- * every enter must be followed by one leave from the same thread.
+ * every enter must be followed by one leave.
  */
 void placefs_gate_enter(struct placefs_gate *g, int fd, uint64_t off);
 void placefs_gate_leave(struct placefs_gate *g, int fd, uint64_t end, uint64_t bytes);
