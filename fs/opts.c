@@ -750,7 +750,7 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
 	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
 	        "    -o disk_streams=N      staging threads reading from the disk at once, for\n"
-	        "                           bytes not in the page cache (default: %d = no\n"
+	        "                           bytes not in the page cache (default: %d; 0 = no\n"
 	        "                           limit); page-cache reads are never held back\n"
 	        "    -o max_threads=N       worker threads (default: %d, at most %d)\n"
 	        "    -o max_background=N    readahead requests in flight, all readers together\n"

@@ -97,7 +97,7 @@ struct placefs_opts {
 	int zero_copy;         /* -o zero_copy=: 0 not given (the stager default), 1 on, -1 off */
 	int direct_copy;       /* -o direct_copy=: 0 not given (the stager default), 1 on, -1 off */
 	unsigned push_threads; /* -o push_threads=, PLACEFS_PUSH_THREADS unless given; 0 = off */
-	unsigned disk_streams; /* -o disk_streams=, 0 (no gate) unless given */
+	unsigned disk_streams; /* -o disk_streams=; 0 = no gate */
 	enum placefs_read_mode read_mode;
 	uint64_t readahead;      /* bytes; 0 = leave the kernel's default */
 	unsigned max_background; /* -o max_background=, PLACEFS_MAX_BACKGROUND unless given */

@@ -6,14 +6,13 @@
  * The staging I/O threads (one per CPU, up to 16) read pieces of a few MiB
  * each. From the page cache that parallelism is what reaches the copy
  * engine's pace; from a cold disk it is a dozen scattered reads in flight,
- * which some disks serve slower than fewer streams. The gate is off by
- * default (-o disk_streams=0): on stop 32's H100 instances (virtio disk,
- * doc/PERFORMANCE.md) a cold one-shot load through 1, 2 or 4 streams was
- * within the run-to-run noise of the ungated one (1.07-1.38 against
- * 1.14-1.34 GB/s, buffered dd 1.23-1.45 between the rows), so it is an
- * option to measure on one's own disk, not a default. That gate admitted
- * waiting readers as they came; the sweep below came after and is not yet
- * measured on a GPU machine.
+ * which some disks serve slower than fewer streams. The gate is on by
+ * default with 2 streams (-o disk_streams=2): on stop 33's H100 instance
+ * (virtio disk, doc/PERFORMANCE.md) a cold one-shot load through 2 streams
+ * beat the ungated one in 5 of 5 pairs (1.73-2.11 against 1.47-1.55 GB/s,
+ * buffered dd 1.60-1.87 between the rows); 1 stream beat it too (5 of 5)
+ * and lost to 2 in 3 of 5. A disk that wants a deeper queue (an NVMe array)
+ * may want more; 0 turns the gate off.
  *
  * placefs_gate_pread() asks the kernel whether the range is all in the page
  * cache (cachestat(2), Linux 6.5; no I/O is started by asking). If it is,
@@ -39,8 +38,8 @@
 
 #include "error.h"
 
-/* -o disk_streams: its default (0 = no gate), and its largest value. */
-#define PLACEFS_GATE_STREAMS_DEFAULT 0
+/* -o disk_streams: its default (0 would be no gate), and its largest value. */
+#define PLACEFS_GATE_STREAMS_DEFAULT 2
 #define PLACEFS_GATE_STREAMS_MAX     64
 
 struct placefs_gate;

@@ -47,7 +47,7 @@ MP=$TMP/mnt
 tmo 20 "$MKCKPT" -q --seed 7 --tensor 'small:F32:262144' --tensor 'large:F32:2359296' \
 	seed.safetensors || fail "mkckpt seed"
 mount_fs seed.safetensors "$MP" -o buffer_size=8388608,device=host
-grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 8388608 bytes \(8 MiB, one allocation\), host buffer 67108864 bytes \(64 MiB: 32 chunks of 2 MiB\), prefetch on, direct copies on, zero-copy off$' \
+grep -Eq '^placefs: staging: host \(/placefs-[0-9]+-[0-9]+\): ring 8388608 bytes \(8 MiB, one allocation\), host buffer 67108864 bytes \(64 MiB: 32 chunks of 2 MiB\), prefetch on, direct copies on, zero-copy off, at most 2 staging reads in the disk at once \(-o disk_streams\)$' \
 	"$MOUNT_LOG" || fail "no staging line in the log"
 # .placefs/plan is placefs-plan's text plus one staging line; plan.json is untouched.
 tmo 20 "$PLAN" --buffer-size 8388608 seed.safetensors >plan.txt || fail "placefs-plan"
@@ -374,7 +374,7 @@ umount_fs "$MP"
 
 # Two workers: stages beyond one waiting worker run on threads of their own.
 mount_fs multi "$MP" -o buffer_size=2M,device=host,host_buffer=256K,max_threads=2,noprefetch
-grep -q 'host buffer 262144 bytes (256 KiB: 32 chunks of 8 KiB), prefetch off, direct copies on, zero-copy off$' "$MOUNT_LOG" ||
+grep -q 'host buffer 262144 bytes (256 KiB: 32 chunks of 8 KiB), prefetch off, direct copies on, zero-copy off, at most 2 staging' "$MOUNT_LOG" ||
 	fail "-o host_buffer=256K,noprefetch not in the log"
 clients two-workers 4 - --mode borrow
 [ "$(stat_get "$MP" staging.prefetch.issued)" = 0 ] || fail "-o noprefetch: prefetches were issued"
@@ -424,10 +424,13 @@ else
 	note "disk gate: $dreads cold reads through 1 stream ($seq where the one before ended), then $creads from the page cache"
 fi
 umount_fs "$MP"
-# Two streams, prefetch on, four clients at once on cold shards: every byte
-# exact, never more than two readers in the disk, nobody left waiting.
+# The default (2 streams), prefetch on, four clients at once on cold shards:
+# every byte exact, never more than two readers in the disk, nobody left waiting.
 evict_multi
-mount_fs multi "$MP" -o buffer_size=2M,device=host,disk_streams=2
+mount_fs multi "$MP" -o buffer_size=2M,device=host
+grep -q 'at most 2 staging reads in the disk at once (-o disk_streams)$' "$MOUNT_LOG" ||
+	fail "default: not 2 disk streams in the staging line of the log"
+[ "$(stat_get "$MP" staging.disk.streams)" = 2 ] || fail "default: staging.disk.streams is not 2"
 pids=
 for c in 1 2 3 4; do
 	tmo 60 "$STAGE" --mode copy --verify --all "$MP" >gate.$c.out 2>&1 &
@@ -561,10 +564,10 @@ done
 for zc in 1 0; do
 	mount_fs seed.safetensors "$MP" -o buffer_size=8M,device=host,zero_copy=$zc
 	if [ $zc = 1 ]; then
-		grep -q 'zero-copy off (host (.*): this backend cannot stage without bounce buffers (zero-copy))$' \
+		grep -q 'zero-copy off (host (.*): this backend cannot stage without bounce buffers (zero-copy)), at most 2 staging' \
 			"$MOUNT_LOG" || fail "-o zero_copy=1 on host: not in the log"
 	else
-		grep -q 'zero-copy off$' "$MOUNT_LOG" || fail "-o zero_copy=0: not in the log"
+		grep -q 'zero-copy off, at most 2 staging' "$MOUNT_LOG" || fail "-o zero_copy=0: not in the log"
 	fi
 	out=$(tmo 30 "$STAGE" --mode copy --verify "$MP/small") || fail "zero_copy=$zc: $out"
 	[ "$(stat_get "$MP" staging.zero_copy.on)" = 0 ] || fail "zero_copy=$zc: zero-copy on, on host"
