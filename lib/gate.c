@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -17,6 +18,10 @@
 #ifndef __NR_cachestat
 #define __NR_cachestat 451
 #endif
+
+/* statfs(2) f_type of the memory file systems, whose pages are the file (linux/magic.h). */
+#define TMPFS_MAGIC_ 0x01021994
+#define RAMFS_MAGIC_ 0x858458f6
 
 struct cachestat_range_abi {
 	uint64_t off;
@@ -56,10 +61,20 @@ int placefs_gate_cached(int fd, uint64_t off, uint64_t len)
 	long psz = sysconf(_SC_PAGESIZE);
 	uint64_t end, first, last;
 
+	struct statfs sf;
+
 	if (len == 0)
 		return 1;
 	if (psz <= 0 || __builtin_add_overflow(off, len, &end))
 		return -EINVAL;
+	/*
+	 * tmpfs and ramfs hold the file in memory: reading it needs no disk. Not
+	 * asked of cachestat(2) either, which walks every page of the range
+	 * (about 30 us per 4 MiB on the development VM's tmpfs, 20 on ext4).
+	 */
+	if (fstatfs(fd, &sf) == 0 &&
+	    ((uint32_t)sf.f_type == TMPFS_MAGIC_ || (uint32_t)sf.f_type == RAMFS_MAGIC_))
+		return 1;
 	first = off / (uint64_t)psz;
 	last = (end - 1) / (uint64_t)psz;
 	r.off = first * (uint64_t)psz;

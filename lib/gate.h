@@ -15,7 +15,8 @@
  * may want more; 0 turns the gate off.
  *
  * placefs_gate_pread() asks the kernel whether the range is all in the page
- * cache (cachestat(2), Linux 6.5; no I/O is started by asking). If it is,
+ * cache (cachestat(2), Linux 6.5; no I/O is started by asking; a file on
+ * tmpfs or ramfs is, without asking). If it is,
  * the read goes ahead at once; if not, the reader waits for one of the
  * gate's `streams` slots and reads with it held. A freed slot goes to the
  * waiting reader next in a sweep over (descriptor, offset) from where the
@@ -76,7 +77,8 @@ ssize_t placefs_gate_pread(struct placefs_gate *g, int fd, void *buf, size_t len
 /*
  * Whether bytes [off, off + len) of fd are all in the page cache: 1 yes,
  * 0 no, -ENOSYS or another negative errno when the kernel cannot say.
- * len 0 is 1.
+ * len 0 is 1; so is a file on tmpfs or ramfs, whose pages are the file
+ * (reading it needs no disk), without asking the kernel page by page.
  */
 int placefs_gate_cached(int fd, uint64_t off, uint64_t len);
 

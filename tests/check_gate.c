@@ -155,6 +155,50 @@ START_TEST(test_cached_reads_pass)
 }
 END_TEST
 
+/*
+ * A file on tmpfs is its pages: never gated, even where it has no page at all
+ * (a hole, which cachestat(2) alone calls not cached) and every slot is held.
+ */
+START_TEST(test_memory_fs_not_gated)
+{
+	const size_t n = 8u << 20;
+	char path[] = "/dev/shm/placefs-gate-XXXXXX";
+	struct placefs_gate *g;
+	struct placefs_gate_stats s;
+	struct statfs sf;
+	uint8_t *buf = malloc(n);
+	int fd;
+
+	ck_assert_ptr_nonnull(buf);
+	if (statfs("/dev/shm", &sf) != 0 || sf.f_type != TMPFS_MAGIC_) {
+		fprintf(stderr, "check_gate: /dev/shm is not tmpfs: memory file systems not checked\n");
+		free(buf);
+		return;
+	}
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)n), 0);
+	ck_assert_int_eq(placefs_gate_cached(fd, 0, n), 1);
+	ck_assert_int_eq(placefs_gate_create(1, &g, NULL), 0);
+	placefs_gate_enter(g, 99, 0); /* the one slot, held by another reader */
+	memset(buf, 0xa5, n);
+	ck_assert_int_eq(placefs_gate_pread(g, fd, buf, n, 0), (ssize_t)n);
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != 0)
+			ck_abort_msg("byte %zu of a hole: %u", i, buf[i]);
+	placefs_gate_leave(g, 99, 0, 0);
+	placefs_gate_get_stats(g, &s);
+	ck_assert_uint_eq(s.cached_reads, 1);
+	ck_assert_uint_eq(s.cached_bytes, n);
+	ck_assert_uint_eq(s.disk_reads, 1); /* the held slot's own */
+	ck_assert_uint_eq(s.waits, 0);
+	placefs_gate_free(g);
+	close(fd);
+	free(buf);
+}
+END_TEST
+
 struct reader {
 	struct placefs_gate *g;
 	int fd;
@@ -371,6 +415,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_create_bounds);
 	tcase_add_test(tc, test_cached_reads_pass);
+	tcase_add_test(tc, test_memory_fs_not_gated);
 	tcase_add_test(tc, test_cold_one_stream);
 	tcase_add_test(tc, test_cold_two_streams);
 	tcase_add_test(tc, test_sweep_order);
