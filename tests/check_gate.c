@@ -171,7 +171,8 @@ START_TEST(test_memory_fs_not_gated)
 
 	ck_assert_ptr_nonnull(buf);
 	if (statfs("/dev/shm", &sf) != 0 || sf.f_type != TMPFS_MAGIC_) {
-		fprintf(stderr, "check_gate: /dev/shm is not tmpfs: memory file systems not checked\n");
+		fprintf(stderr,
+		        "check_gate: /dev/shm is not tmpfs: memory file systems not checked\n");
 		free(buf);
 		return;
 	}
