@@ -656,39 +656,45 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 /* The columns of one kind of integer, from a plan entry. */
 enum column { COL_FILE, COL_DTYPE, COL_NBYTES, COL_OFFSET };
 
+/* Entries [lo, hi) of a plan: what one columns object holds. */
+struct span {
+	size_t lo, hi;
+};
+
 /*
  * , "key": [v0, v1, ...]. COL_FILE and COL_DTYPE are positions in the
  * tables that add_tables() wrote: pos[] maps a shard index or a dtype to it.
  */
-static int add_u64_column(const struct placefs_plan *plan, const char *key, enum column c,
-                          const uint32_t *pos, struct placefs_strbuf *sb)
+static int add_u64_column(const struct placefs_plan *plan, struct span sp, const char *key,
+                          enum column c, const uint32_t *pos, struct placefs_strbuf *sb)
 {
 	int rc = placefs_strbuf_addf(sb, ", \"%s\": [", key);
 
-	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++) {
 		const struct placefs_tensor *ts = plan->entries[i].tensor;
 		uint64_t v = c == COL_FILE     ? pos[ts->shard]
 		             : c == COL_DTYPE  ? pos[ts->dtype]
 		             : c == COL_NBYTES ? ts->nbytes
 		                               : ts->offset;
 
-		rc = placefs_strbuf_add_u64(sb, i ? ", " : "", v);
+		rc = placefs_strbuf_add_u64(sb, i > sp.lo ? ", " : "", v);
 	}
 	return rc ? rc : placefs_strbuf_adds(sb, "]");
 }
 
 /*
  * , "files": [...], "dtypes": [...]: each shard and dtype once, in the order
- * the entries first name them; fills shard_pos[shard] (sized for every
- * entry's shard) and dtype_pos[dtype].
+ * the span's entries first name them; fills shard_pos[shard] (sized for
+ * every entry's shard, all UINT32_MAX on entry) and dtype_pos[dtype] (the
+ * same).
  */
-static int add_tables(const struct placefs_plan *plan, uint32_t *shard_pos, uint32_t *dtype_pos,
-                      struct placefs_strbuf *sb)
+static int add_tables(const struct placefs_plan *plan, struct span sp, uint32_t *shard_pos,
+                      uint32_t *dtype_pos, struct placefs_strbuf *sb)
 {
 	uint32_t nf = 0, nd = 0;
 	int rc = placefs_strbuf_adds(sb, ", \"files\": [");
 
-	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++) {
 		const struct placefs_tensor *ts = plan->entries[i].tensor;
 
 		if (shard_pos[ts->shard] != UINT32_MAX)
@@ -700,7 +706,7 @@ static int add_tables(const struct placefs_plan *plan, uint32_t *shard_pos, uint
 	}
 	if (!rc)
 		rc = placefs_strbuf_adds(sb, "], \"dtypes\": [");
-	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++) {
 		const struct placefs_tensor *ts = plan->entries[i].tensor;
 
 		if ((unsigned)ts->dtype >= PLACEFS_DT_COUNT || dtype_pos[ts->dtype] != UINT32_MAX)
@@ -712,30 +718,85 @@ static int add_tables(const struct placefs_plan *plan, uint32_t *shard_pos, uint
 	return rc ? rc : placefs_strbuf_adds(sb, "]");
 }
 
-/* , "name": [...], "filename": {"i": S, ...} (only names that were encoded) */
-static int add_names(const struct placefs_plan *plan, struct placefs_strbuf *sb)
+/*
+ * , "name": [...], "filename": {"i": S, ...} (only names that were encoded,
+ * keyed by the entry's position in the span)
+ */
+static int add_names(const struct placefs_plan *plan, struct span sp, struct placefs_strbuf *sb)
 {
 	int rc = placefs_strbuf_adds(sb, ", \"name\": [");
 	bool first = true;
 
-	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
-		rc = placefs_strbuf_adds(sb, i ? ", " : "");
+	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++) {
+		rc = placefs_strbuf_adds(sb, i > sp.lo ? ", " : "");
 		if (!rc)
 			rc = placefs_strbuf_add_json_string(sb, plan->entries[i].tensor->name);
 	}
 	if (!rc)
 		rc = placefs_strbuf_adds(sb, "], \"filename\": {");
-	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++) {
 		const struct placefs_plan_entry *e = &plan->entries[i];
 
 		if (strcmp(e->fname, e->tensor->name) == 0)
 			continue;
-		rc = placefs_strbuf_addf(sb, "%s\"%zu\": ", first ? "" : ", ", i);
+		rc = placefs_strbuf_addf(sb, "%s\"%zu\": ", first ? "" : ", ", i - sp.lo);
 		if (!rc)
 			rc = placefs_strbuf_add_json_string(sb, e->fname);
 		first = false;
 	}
 	return rc ? rc : placefs_strbuf_adds(sb, "}");
+}
+
+/*
+ * The span's columns, from , "files" to the "placement" string's closing
+ * quote. shard_pos has nshard slots; both tables are reset here.
+ */
+static int add_columns(const struct placefs_plan *plan, struct span sp, uint32_t *shard_pos,
+                       size_t nshard, struct placefs_strbuf *sb)
+{
+	uint32_t dtype_pos[PLACEFS_DT_COUNT];
+	int rc;
+
+	memset(shard_pos, 0xff, (nshard ? nshard : 1) * sizeof(*shard_pos));
+	memset(dtype_pos, 0xff, sizeof(dtype_pos));
+	rc = add_tables(plan, sp, shard_pos, dtype_pos, sb);
+	if (!rc)
+		rc = add_names(plan, sp, sb);
+	if (!rc)
+		rc = add_u64_column(plan, sp, "file", COL_FILE, shard_pos, sb);
+	if (!rc)
+		rc = add_u64_column(plan, sp, "dtype", COL_DTYPE, dtype_pos, sb);
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, ", \"shape\": [");
+	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++) {
+		const struct placefs_tensor *ts = plan->entries[i].tensor;
+
+		rc = placefs_strbuf_adds(sb, i > sp.lo ? ", " : "");
+		if (!rc)
+			rc = placefs_strbuf_add_json_u64_array(sb, ts->shape, ts->ndim);
+	}
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, "]");
+	if (!rc)
+		rc = add_u64_column(plan, sp, "nbytes", COL_NBYTES, NULL, sb);
+	if (!rc)
+		rc = add_u64_column(plan, sp, "offset", COL_OFFSET, NULL, sb);
+	if (!rc)
+		rc = placefs_strbuf_adds(sb, ", \"placement\": \"");
+	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++)
+		rc = placefs_strbuf_add(
+		        sb, plan->entries[i].placement == PLACEFS_PLACE_CPU ? "c" : "g", 1);
+	return rc ? rc : placefs_strbuf_adds(sb, "\"");
+}
+
+/* A table of one slot per shard the plan names, for add_columns(); NULL when out of memory. */
+static uint32_t *shard_table(const struct placefs_plan *plan, size_t *nshard)
+{
+	*nshard = 0;
+	for (size_t i = 0; i < plan->n; i++)
+		if (plan->entries[i].tensor->shard >= *nshard)
+			*nshard = (size_t)plan->entries[i].tensor->shard + 1;
+	return malloc((*nshard ? *nshard : 1) * sizeof(uint32_t));
 }
 
 int placefs_plan_format_layout(const struct placefs_plan *plan, struct placefs_strbuf *sb)
@@ -762,53 +823,50 @@ int placefs_plan_format_layout(const struct placefs_plan *plan, struct placefs_s
 int placefs_plan_format_columns(const struct placefs_plan *plan, const char *source,
                                 struct placefs_strbuf *sb)
 {
-	uint32_t dtype_pos[PLACEFS_DT_COUNT];
-	uint32_t *shard_pos = NULL;
-	size_t start = sb->len, nshard = 0;
+	size_t start = sb->len, nshard;
+	uint32_t *shard_pos = shard_table(plan, &nshard);
 	int rc;
 
-	for (size_t i = 0; i < plan->n; i++)
-		if (plan->entries[i].tensor->shard >= nshard)
-			nshard = (size_t)plan->entries[i].tensor->shard + 1;
-	shard_pos = malloc((nshard ? nshard : 1) * sizeof(*shard_pos));
 	if (!shard_pos)
 		return -ENOMEM;
-	memset(shard_pos, 0xff, (nshard ? nshard : 1) * sizeof(*shard_pos));
-	memset(dtype_pos, 0xff, sizeof(dtype_pos));
-
 	rc = add_head(plan, source, "", sb);
 	if (!rc)
 		rc = placefs_strbuf_addf(sb, ", \"version\": 1, \"count\": %zu", plan->n);
 	if (!rc)
-		rc = add_tables(plan, shard_pos, dtype_pos, sb);
+		rc = add_columns(plan, (struct span){0, plan->n}, shard_pos, nshard, sb);
 	if (!rc)
-		rc = add_names(plan, sb);
-	if (!rc)
-		rc = add_u64_column(plan, "file", COL_FILE, shard_pos, sb);
-	if (!rc)
-		rc = add_u64_column(plan, "dtype", COL_DTYPE, dtype_pos, sb);
-	if (!rc)
-		rc = placefs_strbuf_adds(sb, ", \"shape\": [");
-	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
-		const struct placefs_tensor *ts = plan->entries[i].tensor;
+		rc = add_totals(plan, ", ", sb);
+	free(shard_pos);
+	return rollback(sb, start, rc);
+}
 
-		rc = placefs_strbuf_adds(sb, i ? ", " : "");
+int placefs_plan_format_column_chunks(const struct placefs_plan *plan, size_t chunk,
+                                      struct placefs_strbuf *sb)
+{
+	size_t start = sb->len, nshard, chunks;
+	uint32_t *shard_pos;
+	int rc;
+
+	if (chunk == 0)
+		return -EINVAL;
+	shard_pos = shard_table(plan, &nshard);
+	if (!shard_pos)
+		return -ENOMEM;
+	chunks = plan->n / chunk + (plan->n % chunk != 0);
+	rc = placefs_strbuf_addf(sb,
+	                         "{\"version\": 1, \"count\": %zu, \"chunk\": %zu, "
+	                         "\"chunks\": %zu}\n",
+	                         plan->n, chunk, chunks);
+	for (size_t lo = 0; rc == 0 && lo < plan->n; lo += chunk) {
+		struct span sp = {lo, plan->n - lo < chunk ? plan->n : lo + chunk};
+
+		rc = placefs_strbuf_addf(sb, "{\"first\": %zu, \"count\": %zu", sp.lo,
+		                         sp.hi - sp.lo);
 		if (!rc)
-			rc = placefs_strbuf_add_json_u64_array(sb, ts->shape, ts->ndim);
+			rc = add_columns(plan, sp, shard_pos, nshard, sb);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "}\n");
 	}
-	if (!rc)
-		rc = placefs_strbuf_adds(sb, "]");
-	if (!rc)
-		rc = add_u64_column(plan, "nbytes", COL_NBYTES, NULL, sb);
-	if (!rc)
-		rc = add_u64_column(plan, "offset", COL_OFFSET, NULL, sb);
-	if (!rc)
-		rc = placefs_strbuf_adds(sb, ", \"placement\": \"");
-	for (size_t i = 0; rc == 0 && i < plan->n; i++)
-		rc = placefs_strbuf_add(
-		        sb, plan->entries[i].placement == PLACEFS_PLACE_CPU ? "c" : "g", 1);
-	if (!rc)
-		rc = add_totals(plan, "\", ", sb);
 	free(shard_pos);
 	return rollback(sb, start, rc);
 }

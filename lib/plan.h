@@ -163,6 +163,23 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 int placefs_plan_format_columns(const struct placefs_plan *plan, const char *source,
                                 struct placefs_strbuf *sb);
 /*
+ * The same columns in chunks, one JSON object a line, for a loader that
+ * goes through the plan in order and parses only what it has reached:
+ * {"version": 1, "count": N, "chunk": C, "chunks": K}, then K lines, line k
+ * holding entries [k * C, min((k + 1) * C, N)):
+ * {"first": k * C, "count": n, "files": ..., "dtypes": ..., "name": ...,
+ *  "filename": {...}, "file": ..., "dtype": ..., "shape": ...,
+ *  "nbytes": ..., "offset": ..., "placement": "gc..."}
+ * Each chunk's members are format_columns' members of those entries, with
+ * tables ("files", "dtypes") of its own and "filename" keyed by the entry's
+ * position in the chunk. The mount's .placefs/columns.jsonl uses this with
+ * PLACEFS_PLAN_COLUMN_CHUNK. Returns 0, -EINVAL (chunk 0) or -ENOMEM, with
+ * sb as it was.
+ */
+#define PLACEFS_PLAN_COLUMN_CHUNK 1024
+int placefs_plan_format_column_chunks(const struct placefs_plan *plan, size_t chunk,
+                                      struct placefs_strbuf *sb);
+/*
  * What a loader needs before it reads the plan (one line, then "\n"):
  * {"align": PLACEFS_PLAN_PACK_ALIGN, "first": S|null, "gpu": {"count": N,
  *  "bytes": N, "packed": N}, "cpu": {...}}

@@ -639,6 +639,35 @@ START_TEST(test_columns_exact)
 	        "\"nbytes\": [24, 2, 400, 100], \"offset\": [80, 72, 104, 74], "
 	        "\"placement\": \"ggcg\", \"totals\": {\"gpu\": {\"count\": 3, \"bytes\": 126}, "
 	        "\"cpu\": {\"count\": 1, \"bytes\": 400}}}\n");
+	/*
+	 * In chunks of 3: a header line, then entries [0, 3) and [3, 4), each
+	 * with tables of its own and "filename" keyed by position in the chunk.
+	 */
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_plan_format_column_chunks(p, 0, &sb), -EINVAL);
+	ck_assert_int_eq(placefs_plan_format_column_chunks(p, 3, &sb), 0);
+	ck_assert_str_eq(
+	        placefs_strbuf_cstr(&sb),
+	        "{\"version\": 1, \"count\": 4, \"chunk\": 3, \"chunks\": 2}\n"
+	        "{\"first\": 0, \"count\": 3, \"files\": [\"model-00002-of-00002.safetensors\", "
+	        "\"model-00001-of-00002.safetensors\"], \"dtypes\": [\"F32\", \"BF16\"], "
+	        "\"name\": [\"w.0\", \"s\\\"q\\\\\", \"big/x\"], \"filename\": {\"2\": "
+	        "\"big%2Fx\"}, "
+	        "\"file\": [0, 1, 0], \"dtype\": [0, 1, 0], \"shape\": [[2, 3], [], [100]], "
+	        "\"nbytes\": [24, 2, 400], \"offset\": [80, 72, 104], \"placement\": \"ggc\"}\n"
+	        "{\"first\": 3, \"count\": 1, \"files\": [\"model-00001-of-00002.safetensors\"], "
+	        "\"dtypes\": [\"U8\"], \"name\": [\".e\"], \"filename\": {\"0\": \"%2Ee\"}, "
+	        "\"file\": [0], \"dtype\": [0], \"shape\": [[100]], \"nbytes\": [100], "
+	        "\"offset\": [74], \"placement\": \"g\"}\n");
+	/* One chunk of all, or more room than entries: the same single line. */
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_plan_format_column_chunks(p, 4, &sb), 0);
+	ck_assert_ptr_nonnull(strstr(placefs_strbuf_cstr(&sb), "\"chunk\": 4, \"chunks\": 1}\n"
+	                                                       "{\"first\": 0, \"count\": 4, "));
+	placefs_strbuf_reset(&sb);
+	ck_assert_int_eq(placefs_plan_format_column_chunks(p, 1000, &sb), 0);
+	ck_assert_ptr_nonnull(
+	        strstr(placefs_strbuf_cstr(&sb), "\"chunks\": 1}\n{\"first\": 0, \"count\": 4, "));
 	placefs_plan_free(p);
 
 	/* No limit, no encoded name: null and an empty object. */

@@ -96,6 +96,38 @@ tmo 20 "$PLAN" --columns --buffer-size 4K ckpt.safetensors >columns.expected.jso
 	fail "placefs-plan --columns failed"
 tmo 10 cmp "$MP/.placefs/columns.json" columns.expected.json ||
 	fail "columns.json differs from placefs-plan --columns"
+# columns.jsonl: a header line, then the same columns in chunks of at most
+# 1024 entries, each with its own tables; merged, they are columns.json's.
+tmo 20 "$PYTHON" - "$MP/.placefs/columns.jsonl" "$MP/.placefs/columns.json" <<'EOF' ||
+import json, sys
+lines = open(sys.argv[1], "rb").read().split(b"\n")
+whole = json.load(open(sys.argv[2]))
+assert lines[-1] == b"", "columns.jsonl does not end with a newline"
+head = json.loads(lines[0])
+chunks = [json.loads(x) for x in lines[1:-1]]
+assert head == {"version": 1, "count": whole["count"], "chunk": 1024,
+                "chunks": len(chunks)} and chunks, head
+got = {k: [] for k in ("name", "file", "dtype", "shape", "nbytes", "offset")}
+place, names = "", {}
+for c in chunks:
+    first, n = c["first"], c["count"]
+    assert first == len(place) and 0 < n <= 1024, (first, n)
+    for k in got:
+        col = c[k]
+        assert len(col) == n, k
+        if k == "file":
+            col = [whole["files"].index(c["files"][i]) for i in col]
+        elif k == "dtype":
+            col = [whole["dtypes"].index(c["dtypes"][i]) for i in col]
+        got[k] += col
+    place += c["placement"]
+    names.update({str(int(i) + first): v for i, v in c["filename"].items()})
+for k in got:
+    assert got[k] == whole[k], k
+assert place == whole["placement"] and names == whole["filename"]
+print("columns.jsonl: %d entries in %d chunks, as columns.json" % (len(place), len(chunks)))
+EOF
+	fail "columns.jsonl is not columns.json in chunks"
 tmo 20 "$PLAN" --buffer-size 4K ckpt.safetensors >plan.expected.txt || fail "placefs-plan failed"
 tmo 10 cmp "$MP/.placefs/plan" plan.expected.txt || fail ".placefs/plan differs from placefs-plan"
 

@@ -97,9 +97,15 @@ def _read_json(path):
         raise ValueError("%s: not valid JSON: %s" % (path, e)) from None
 
 
-def _from_columns(c, path, d):
-    """TensorInfo list of columns.json's object c (checked as a whole, not per field)."""
+def _from_columns(c, path, d, first=None):
+    """TensorInfo list of columns.json's object c (checked as a whole, not per field).
+
+    first: c is a chunk of columns.jsonl whose entries begin at plan index
+    `first` (its "first" member must say so; no "version", the header has it).
+    """
     what = path + ": "
+    if first is not None:
+        what = "%s: the chunk at entry %d: " % (path, first)
     try:
         n = c["count"]
         names, files, dtypes = c["name"], c["files"], c["dtypes"]
@@ -110,8 +116,10 @@ def _from_columns(c, path, d):
         raise ValueError(what + "malformed (%s)" % e) from None
     if not isinstance(enc, dict):
         raise ValueError(what + "malformed (\"filename\" is not an object)")
-    if c.get("version") != 1:
+    if first is None and c.get("version") != 1:
         raise ValueError(what + "version %r, this loader reads 1" % (c.get("version"),))
+    if first is not None and c.get("first") != first:
+        raise ValueError(what + "\"first\" is %r" % (c.get("first"),))
     if not isinstance(n, int) or n < 0 or not isinstance(place, str) or \
             any(not isinstance(a, list) or len(a) != n for a in (names,) + cols) or \
             len(place) != n:
@@ -149,7 +157,8 @@ def _from_columns(c, path, d):
             _check_filename(name, fname)
     place = list(map({"g": "gpu", "c": "cpu"}.__getitem__, place))
     rows = zip(names, fnames, map(d.__add__, fnames), map(files.__getitem__, fcol),
-               map(dtypes.__getitem__, dcol), shapes, nbytes, offsets, place, range(n))
+               map(dtypes.__getitem__, dcol), shapes, nbytes, offsets, place,
+               range(first or 0, (first or 0) + n))
     return list(map(tuple.__new__, repeat(TensorInfo, n), rows))
 
 
@@ -276,6 +285,68 @@ def head(mountpoint, nbytes=HEAD_BYTES):
             pos = _WS.match(text, pos + 1).end()
     except ValueError:
         return None
+
+
+# What column_chunks() reads of columns.jsonl at once.
+_CHUNK_READ = 1 << 20
+
+
+def column_chunks(mountpoint):
+    """The plan chunk by chunk, from .placefs/columns.jsonl; None without that file.
+
+    Returns (count, chunks): the plan's number of entries and an iterator of
+    TensorInfo lists, the plan's entries in order, each chunk read and parsed
+    only when the iteration reaches it (a plan of tens of thousands of
+    tensors is about a thousand a chunk, a few milliseconds each). The
+    iterator raises ValueError where a line is not the daemon's (malformed,
+    out of order, more or fewer entries than the header says) and OSError
+    where the file cannot be read.
+    """
+    mountpoint = os.fspath(mountpoint)
+    path = os.path.join(mountpoint, ".placefs", "columns.jsonl")
+    try:
+        f = open(path, "rb", buffering=_CHUNK_READ)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            head = json.loads(f.readline())
+            count, chunks = head["count"], head["chunks"]
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise ValueError("%s: not a columns.jsonl header (%s)" % (path, e)) from None
+        if head.get("version") != 1:
+            raise ValueError("%s: version %r, this loader reads 1" % (path, head.get("version")))
+        if not all(type(x) is int and x >= 0 for x in (count, chunks)):
+            raise ValueError("%s: \"count\" and \"chunks\" must be integers >= 0" % path)
+    except BaseException:
+        f.close()
+        raise
+    return count, _chunks(f, path, os.path.join(mountpoint, ""), count, chunks)
+
+
+def _chunks(f, path, d, count, chunks):
+    with f:
+        done = 0
+        for _ in range(chunks):
+            line = f.readline()
+            try:
+                c = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise ValueError("%s: the chunk at entry %d is not JSON (%s)" % (path, done, e)
+                                 ) from None
+            if not isinstance(c, dict):
+                raise ValueError("%s: the chunk at entry %d is not an object" % (path, done))
+            with gc_paused():
+                ts = _from_columns(c, path, d, done)
+            if not ts:
+                raise ValueError("%s: the chunk at entry %d is empty" % (path, done))
+            done += len(ts)
+            if done > count:
+                raise ValueError("%s: more entries than the header's %d" % (path, count))
+            yield ts
+        if done != count or f.readline():
+            raise ValueError("%s: %d entries in %d chunks, the header says %d in %d"
+                             % (path, done, chunks, count, chunks))
 
 
 def read_layout(mountpoint):

@@ -92,8 +92,11 @@ class _Batch:
 
 
 class _PlanItems:
-    """The plan's tensors in order: the head of plan.json first, then the rest of the
-    whole plan, read when the iteration gets there (and checked to begin with the head).
+    """The plan's tensors in order: the head of plan.json first, then the rest,
+    checked to begin with the head. The rest comes chunk by chunk from
+    .placefs/columns.jsonl, each chunk parsed when the iteration reaches it, so
+    a plan of tens of thousands of tensors never stops the stream for the
+    whole parse; from the whole plan where the daemon writes no columns.jsonl.
     """
 
     def __init__(self, mount, head, complete):
@@ -101,16 +104,41 @@ class _PlanItems:
         self.head = head
         self.complete = complete
 
+    def _mismatch(self):
+        return OSError(_errno.EPROTO, "%s: .placefs/plan.json's first %d entries are not "
+                       "the plan's" % (self.mount.mountpoint, len(self.head)))
+
     def __iter__(self):
         yield from self.head
         if self.complete:
             return
-        full = self.mount.tensors
         n = len(self.head)
-        if full[:n] != self.head:
-            raise OSError(_errno.EPROTO, "%s: .placefs/plan.json's first %d entries are not "
-                          "the plan's" % (self.mount.mountpoint, n))
-        yield from full[n:]
+        try:
+            cc = _plan.column_chunks(self.mount.mountpoint)
+        except ValueError as e:
+            raise OSError(_errno.EPROTO, str(e)) from None
+        if cc is None:
+            full = self.mount.tensors
+            if full[:n] != self.head:
+                raise self._mismatch()
+            yield from full[n:]
+            return
+        count, chunks = cc
+        if count <= n:
+            raise self._mismatch()
+        at = 0
+        try:
+            for ts in chunks:
+                if at < n:
+                    k = min(n - at, len(ts))
+                    if ts[:k] != self.head[at:at + k]:
+                        raise self._mismatch()
+                    ts = ts[k:]
+                    at += k
+                at += len(ts)
+                yield from ts
+        except ValueError as e:
+            raise OSError(_errno.EPROTO, str(e)) from None
 
 
 class _Stream:

@@ -409,6 +409,7 @@ def offline():
                   "bad device")
     plan_file_names()
     plan_columns()
+    plan_chunks()
     plan_lookup()
     plan_head()
     default_device()
@@ -569,6 +570,61 @@ def plan_columns():
         expect_raises(lambda: placefs.plan.Plan(d), ValueError, "not valid JSON",
                       "truncated columns.json")
 
+
+def write_chunks(d, lines):
+    os.makedirs(os.path.join(d, ".placefs"), exist_ok=True)
+    with open(os.path.join(d, ".placefs", "columns.jsonl"), "w") as f:
+        for x in lines:
+            f.write((x if isinstance(x, str) else json.dumps(x)) + "\n")
+
+
+def plan_chunks():
+    """.placefs/columns.jsonl: the plan chunk by chunk, each parsed when reached and
+    checked as columns.json is; what is not the daemon's is a ValueError naming
+    the chunk, raised when the iteration gets there."""
+    with tempfile.TemporaryDirectory() as d:
+        check(placefs.plan.column_chunks(d) is None, "column_chunks without the file")
+        c0 = {"first": 0, "count": 2, "files": ["s1", "s0"], "dtypes": ["U8", "BF16"],
+              "name": ["a/b", "w"], "filename": {"0": "a%2Fb"}, "file": [1, 0],
+              "dtype": [0, 1], "shape": [[4], [2, 1]], "nbytes": [4, 4], "offset": [8, 12],
+              "placement": "gc"}
+        c1 = {"first": 2, "count": 1, "files": ["s0"], "dtypes": ["U8"], "name": ["x/y"],
+              "filename": {"0": "x%2Fy"}, "file": [0], "dtype": [0], "shape": [[]],
+              "nbytes": [1], "offset": [16], "placement": "g"}
+        head = {"version": 1, "count": 3, "chunk": 2, "chunks": 2}
+        write_chunks(d, [head, c0, c1])
+        count, it = placefs.plan.column_chunks(d)
+        got = [[tuple(t) for t in ts] for ts in it]
+        check(count == 3 and got == [
+            [("a/b", "a%2Fb", os.path.join(d, "a%2Fb"), "s0", "U8", (4,), 4, 8, "gpu", 0),
+             ("w", "w", os.path.join(d, "w"), "s1", "BF16", (2, 1), 4, 12, "cpu", 1)],
+            [("x/y", "x%2Fy", os.path.join(d, "x%2Fy"), "s0", "U8", (), 1, 16, "gpu", 2)]],
+            "columns.jsonl: %r %r" % (count, got))
+        # The header is checked at once; each chunk when the iteration reaches it.
+        for h, pattern in (("{", "not a columns.jsonl header"), ("[]", "header"),
+                           (dict(head, version=2), "reads 1"),
+                           (dict(head, count=-1), "integers >= 0")):
+            write_chunks(d, [h, c0, c1])
+            expect_raises(lambda: placefs.plan.column_chunks(d), ValueError, pattern,
+                          "columns.jsonl header %r" % (h,))
+        bad = [([head, c0, "{\"first\": 2"], "chunk at entry 2 is not JSON"),
+               ([head, c0, "[1]"], "chunk at entry 2 is not an object"),
+               ([head, c0, dict(c1, first=3)], "\"first\" is 3"),
+               ([head, c1, c0], "\"first\" is 2"),
+               ([head, c0, dict(c1, placement="q")], "neither g"),
+               ([head, c0, dict(c1, filename={"1": "z"})], "not an entry's index"),
+               ([dict(head, count=2), c0, c1], "more entries than the header's 2"),
+               ([dict(head, count=4), c0, c1], "3 entries in 2 chunks, the header says 4"),
+               ([head, c0, c1, c1], "3 entries in 2 chunks"),
+               ([dict(head, chunks=3), c0, c1], "not JSON"),
+               ([head, c0, dict(c1, count=0, name=[], file=[], dtype=[], shape=[],
+                                nbytes=[], offset=[], placement="", filename={})],
+                "chunk at entry 2 is empty")]
+        for lines, pattern in bad:
+            write_chunks(d, lines)
+            count, it = placefs.plan.column_chunks(d)
+            expect_raises(lambda: [t for ts in it for t in ts], ValueError, pattern,
+                          "columns.jsonl %r" % (lines[1:],))
 
 def plan_head():
     """plan.head on every prefix of a hand-written plan.json: the entries that lie whole
@@ -1066,6 +1122,12 @@ def bigplan(mnt, source):
         check(placefs.plan.head(mnt, 1 << 30) == (full, True),
               "bigplan: a head of the whole file is not the whole plan")
     names = [t.name for t in full]
+    cc = placefs.plan.column_chunks(mnt)
+    if check(cc is not None, "bigplan: the mount has no .placefs/columns.jsonl"):
+        chunks = list(cc[1])
+        check(cc[0] == len(full) and len(chunks) == (len(full) + 1023) // 1024 and
+              [t for ts in chunks for t in ts] == full,
+              "bigplan: columns.jsonl's %d chunks are not the plan" % len(chunks))
     for mode in ("copy", "borrow"):
         for cpu in (None, "read"):
             what = "bigplan iter_weights mode=%s cpu=%s" % (mode, cpu)
@@ -1081,6 +1143,8 @@ def bigplan(mnt, source):
                 got.append(name)
             check(got == names, "%s: %d items, not the plan's %d in order" % (
                 what, len(got), len(names)))
+            # The rest came chunk by chunk from columns.jsonl, never the whole plan.
+            check(m._plan is None, "%s: the whole plan was read" % what)
             m.close()
     # The rest of the plan must begin with the head it followed.
     tail = placefs.stream._PlanItems(placefs.Mount(mnt), list(reversed(full[:3])), False)
