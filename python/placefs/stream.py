@@ -20,9 +20,11 @@ Tensors of one batch are views of its destination, which lives as long as
 any of them does.
 
 On a fresh mount the first items come from the head of .placefs/plan.json
-(placefs.plan.head) and the rest of the plan is read when the iteration
-reaches it, so a plan of tens of thousands of tensors does not delay the
-first item; copy mode hands the first batch out before forming the next.
+(placefs.plan.head) and the rest of the plan chunk by chunk from
+.placefs/columns.jsonl (placefs.plan.column_chunks), each chunk parsed when
+the iteration reaches it, so a plan of tens of thousands of tensors neither
+delays the first item nor stops the stream later for the whole parse; copy
+mode hands the first batch out before forming the next.
 
 mode "borrow" (INSTANTTENSOR_COPY=0): a gpu-placed tensor is a view of the
 daemon's ring, valid until the consumer asks for the next item, as vLLM's
