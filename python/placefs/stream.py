@@ -421,9 +421,7 @@ class _Stream:
                         return
                     b = pending.popleft()
                     ahead -= b.nbytes
-                    items = self._finish(b)
-                    for item in items:
-                        yield item
+                    yield from self._finish(b)
                     if later:
                         later = False
                         nxt = next(batches, None)
@@ -542,9 +540,7 @@ class _Stream:
 
     def run(self):
         try:
-            gen = self._copy() if self.mode == "copy" else self._borrow()
-            for item in gen:
-                yield item
+            yield from self._copy() if self.mode == "copy" else self._borrow()
         finally:
             if self.progress is not None:
                 self.progress.close()
