@@ -61,7 +61,7 @@ def one(args, way, torch):
                     gap, at = now - last, i
                 last = now
                 keep.append(t)
-                nb += t.nbytes() if callable(t.nbytes) else t.nbytes  # PlacedTensor: a method
+                nb += t.numel() * t.element_size() if torch is not None else t.nbytes
             if torch is not None and args.device != "cpu":
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
