@@ -625,6 +625,26 @@ def plan_chunks():
             count, it = placefs.plan.column_chunks(d)
             expect_raises(lambda: [t for ts in it for t in ts], ValueError, pattern,
                           "columns.jsonl %r" % (lines[1:],))
+        # The iterator's rest of the plan: the chunks after its head, checked against the
+        # head; what is not the daemon's is OSError(EPROTO) naming the file.
+        write_plan(d, [])
+        write_chunks(d, [head, c0, c1])
+        full = [t for ts in placefs.plan.column_chunks(d)[1] for t in ts]
+        m = placefs.Mount(d)
+        got = list(placefs.stream._PlanItems(m, full[:1], False))
+        check(got == full, "_PlanItems over columns.jsonl: %r" % (got,))
+        check(m._plan is None, "_PlanItems read the whole plan beside columns.jsonl")
+        for lines, head_items, pattern in (
+                ([head, c0, "{\"first\": 2"], full[:1], "chunk at entry 2 is not JSON"),
+                ([head, c0, c1], full[1:2], "first 1 entries are not the plan's"),
+                ([head, c0, c1], full, "first 3 entries are not the plan's")):
+            write_chunks(d, lines)
+            items = placefs.stream._PlanItems(placefs.Mount(d), head_items, False)
+            expect_oserror(lambda: list(items), errno.EPROTO, "_PlanItems: %s" % pattern)
+            try:
+                list(placefs.stream._PlanItems(placefs.Mount(d), head_items, False))
+            except OSError as e:
+                check(pattern in str(e), "_PlanItems: %r does not say %r" % (str(e), pattern))
 
 def plan_head():
     """plan.head on every prefix of a hand-written plan.json: the entries that lie whole
