@@ -1892,6 +1892,7 @@ void placefs_ioctl_release(struct placefs_ioctl *fs, uint64_t fh)
 struct staging_view {
 	unsigned dests;   /* copy destinations the backend holds mapped */
 	unsigned waiting; /* stages on threads of their own now */
+	struct placefs_backend_dest_stats dest;
 };
 
 /*
@@ -1930,6 +1931,9 @@ static const struct placefs_stat staging_rows[] = {
         OWN("busy", busy),
         OWN("borrow_refused", denied),
         VIEW("dests", dests),
+        PLACEFS_STAT("dest_imports", U64, 2, struct staging_view, dest.imports),
+        PLACEFS_STAT("dest_import_ns", U64, 2, struct staging_view, dest.import_ns),
+        PLACEFS_STAT("dest_import_waits", U64, 2, struct staging_view, dest.import_waits),
         STAGER("zero_copy.on", zero_copy),
         STAGER("zero_copy.bytes", zero_copy_bytes),
         STAGER("zero_copy.registrations", zero_copy_registrations),
@@ -2062,6 +2066,7 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 	/* Every ring's counters added up (lib/stagers.h); per device below. */
 	placefs_stagers_stats(fs->ss, &s);
 	v.dests = placefs_stagers_dest_count(fs->ss);
+	placefs_stagers_dest_stats(fs->ss, &v.dest);
 	pthread_mutex_lock((pthread_mutex_t *)&fs->lock);
 	v.waiting = fs->detached;
 	pthread_mutex_unlock((pthread_mutex_t *)&fs->lock);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "backend_i.h"
+#include "clock.h"
 #include "fill.h"
 #include "io.h"
 #include "size.h"
@@ -34,7 +35,8 @@ struct placefs__dest_entry {
 	int fd;         /* shm: the object, written with pwrite() and seen unlinked; else -1 */
 	pid_t tid;      /* placefs_dest.pid of its last use */
 	pid_t pid;      /* the process of that thread; 0 unknown */
-	unsigned refs;  /* copies using it right now */
+	unsigned refs;  /* copies using it right now, and the importer while pending */
+	bool pending;   /* CUDA IPC: being imported, outside the lock (see dest_get_ipc) */
 	bool detached;  /* no longer in the cache; dropped at the last unref */
 	uint64_t stamp; /* last use, for eviction */
 };
@@ -140,6 +142,11 @@ int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint6
 		free(be);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "%s: out of memory", spec);
 	}
+	if (pthread_cond_init(&be->dest_cond, NULL) != 0) {
+		pthread_mutex_destroy(&be->dest_lock);
+		free(be);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "%s: out of memory", spec);
+	}
 	be->ops = ops;
 	be->info.device = dev;
 	be->info.ring_bytes = ring_bytes;
@@ -148,6 +155,7 @@ int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint6
 	be->info.host_buffer_bytes = chunk * n;
 	rc = ops->open(be, dev.index, err);
 	if (rc != 0) {
+		pthread_cond_destroy(&be->dest_cond);
 		pthread_mutex_destroy(&be->dest_lock);
 		free(be);
 		return rc;
@@ -161,8 +169,8 @@ static void dest_drop(struct placefs_backend *be, struct placefs__dest_entry *e)
 	if (e->kind == PLACEFS_IOC_HANDLE_HOST_SHM) {
 		if (e->fd >= 0)
 			close(e->fd);
-	} else if (be->ops->ipc_close) {
-		be->ops->ipc_close(be, e->ptr);
+	} else if (be->ops->ipc_close && e->ptr) {
+		be->ops->ipc_close(be, e->ptr); /* NULL: an import that failed */
 	}
 	free(e);
 }
@@ -179,6 +187,7 @@ void placefs_backend_free(struct placefs_backend *be)
 		dest_drop(be, e);
 	}
 	be->ops->close(be);
+	pthread_cond_destroy(&be->dest_cond);
 	pthread_mutex_destroy(&be->dest_lock);
 	free(be);
 }
@@ -465,6 +474,22 @@ unsigned placefs_backend_sweep(const struct placefs_backend *cbe)
 	return n;
 }
 
+void placefs_backend_dest_stats(const struct placefs_backend *cbe,
+                                struct placefs_backend_dest_stats *out)
+{
+	struct placefs_backend *be = (struct placefs_backend *)cbe;
+
+	memset(out, 0, sizeof(*out));
+	if (!be)
+		return;
+	pthread_mutex_lock(&be->dest_lock);
+	out->held = be->ndests;
+	out->imports = be->dest_imports;
+	out->import_ns = be->dest_import_ns;
+	out->import_waits = be->dest_import_waits;
+	pthread_mutex_unlock(&be->dest_lock);
+}
+
 unsigned placefs_backend_dest_count(const struct placefs_backend *cbe)
 {
 	struct placefs_backend *be = (struct placefs_backend *)cbe;
@@ -524,10 +549,19 @@ static struct placefs__dest_entry *dest_new(struct placefs_backend *be, uint32_t
 	return e;
 }
 
+/* Takes a reference on e for a copy about to use it; lock held. */
+static void dest_ref(struct placefs_backend *be, struct placefs__dest_entry *e, pid_t tid)
+{
+	dest_note_user(e, tid);
+	e->refs++;
+	e->stamp = ++be->dest_clock;
+}
+
 /*
- * Finds or opens the shm object of d; lock held. The object is never mapped:
- * its owner may shrink it at any time, and a store into a mapping past its
- * end is a SIGBUS for the whole daemon. Copies pwrite() into its descriptor.
+ * Finds or opens the shm object of d and takes a reference on it. The object
+ * is opened and checked before the lock is taken, and never mapped: its
+ * owner may shrink it at any time, and a store into a mapping past its end
+ * is a SIGBUS for the whole daemon. Copies pwrite() into its descriptor.
  */
 static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d,
                         struct placefs__dest_entry **out, struct placefs_error *err)
@@ -535,22 +569,26 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 	const char *name = (const char *)d->handle;
 	struct placefs__dest_entry *e;
 	struct stat st;
-	int fd, rc;
+	int fd;
 
 	/* The same rules as a read-mode destination: regular, the caller's, long enough. */
 	fd = placefs_fill_open_shm(name, d->check_uid, (unsigned)d->uid, d->size, err);
 	if (fd < 0)
 		return fd;
 	if (fstat(fd, &st) != 0) {
-		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
-		                       "destination shm \"%s\": cannot stat: %s", name,
-		                       strerror(errno));
-		goto out_close;
+		int rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                           "destination shm \"%s\": cannot stat: %s", name,
+		                           strerror(errno));
+
+		close(fd);
+		return rc;
 	}
+	pthread_mutex_lock(&be->dest_lock);
 	e = dest_find(be, d->kind, d->handle, d->handle_bytes);
 	if (e && e->dev == st.st_dev && e->ino == st.st_ino) {
+		dest_ref(be, e, d->pid);
+		pthread_mutex_unlock(&be->dest_lock);
 		close(fd);
-		dest_note_user(e, d->pid);
 		*out = e;
 		return 0;
 	}
@@ -563,22 +601,21 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 	dest_evict(be);
 	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
 	if (!e) {
-		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
-		goto out_close;
+		pthread_mutex_unlock(&be->dest_lock);
+		close(fd);
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	}
 	e->dev = st.st_dev;
 	e->ino = st.st_ino;
 	/* Kept open: copies write through it, and its st_nlink tells when the owner unlinked it. */
 	e->fd = fd;
-	dest_note_user(e, d->pid);
+	dest_ref(be, e, d->pid);
 	e->next = be->dests;
 	be->dests = e;
 	be->ndests++;
+	pthread_mutex_unlock(&be->dest_lock);
 	*out = e;
 	return 0;
-out_close:
-	close(fd);
-	return rc;
 }
 
 int placefs__pwrite_dest(int fd, const void *buf, uint64_t n, uint64_t off, const char *what,
@@ -621,34 +658,72 @@ static int ring_to_fd_bounce(struct placefs_backend *be, uint64_t ring_off, int 
 	return rc;
 }
 
-/* Finds or opens the CUDA IPC handle of d; lock held. */
+/*
+ * Finds or opens the CUDA IPC handle of d and takes a reference on it. An
+ * import (cudaIpcOpenMemHandle: milliseconds, more for a large allocation)
+ * runs without the lock, so that copies into destinations already imported
+ * go on meanwhile: the importer puts a pending entry in the cache first, and
+ * a request for the same handle waits for it rather than opening the handle
+ * a second time (the runtime refuses a second import of one allocation). If
+ * the import fails, the entry leaves the cache and each waiter tries for
+ * itself, so that each gets its own error.
+ */
 static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d,
                         struct placefs__dest_entry **out, struct placefs_error *err)
 {
 	struct placefs__dest_entry *e;
+	uint64_t t0;
 	void *p = NULL;
 	int rc;
 
-	e = dest_find(be, d->kind, d->handle, d->handle_bytes);
-	if (e) {
-		dest_note_user(e, d->pid);
-		*out = e;
-		return 0;
+	pthread_mutex_lock(&be->dest_lock);
+	while ((e = dest_find(be, d->kind, d->handle, d->handle_bytes)) != NULL) {
+		if (!e->pending)
+			goto found;
+		be->dest_import_waits++;
+		e->refs++; /* keeps e while it waits, whatever becomes of it */
+		while (e->pending)
+			pthread_cond_wait(&be->dest_cond, &be->dest_lock);
+		e->refs--;
+		if (!e->detached)
+			goto found;
+		if (e->refs == 0)
+			dest_drop(be, e); /* the import failed; try it here */
 	}
 	dest_evict(be);
-	rc = be->ops->ipc_open(be, d->handle, &p, err);
-	if (rc != 0)
-		return rc;
 	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
 	if (!e) {
-		be->ops->ipc_close(be, p);
+		pthread_mutex_unlock(&be->dest_lock);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	}
-	e->ptr = p;
-	dest_note_user(e, d->pid);
+	e->pending = true;
+	e->refs = 1; /* neither evicted nor swept while pending */
 	e->next = be->dests;
 	be->dests = e;
 	be->ndests++;
+	pthread_mutex_unlock(&be->dest_lock);
+
+	t0 = placefs_clock_ns();
+	rc = be->ops->ipc_open(be, d->handle, &p, err);
+	t0 = placefs_clock_ns() - t0;
+
+	pthread_mutex_lock(&be->dest_lock);
+	e->pending = false;
+	e->refs--;
+	be->dest_imports++;
+	be->dest_import_ns += t0;
+	pthread_cond_broadcast(&be->dest_cond);
+	if (rc != 0) {
+		dest_detach(be, e);
+		if (e->refs == 0)
+			dest_drop(be, e);
+		pthread_mutex_unlock(&be->dest_lock);
+		return rc;
+	}
+	e->ptr = p;
+found:
+	dest_ref(be, e, d->pid);
+	pthread_mutex_unlock(&be->dest_lock);
 	*out = e;
 	return 0;
 }
@@ -694,19 +769,9 @@ static int dest_check(const struct placefs_backend *be, const struct placefs_des
 static int dest_acquire(struct placefs_backend *be, const struct placefs_dest *dest,
                         struct placefs__dest_entry **out, struct placefs_error *err)
 {
-	int rc;
-
-	pthread_mutex_lock(&be->dest_lock);
 	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
-		rc = dest_get_shm(be, dest, out, err);
-	else
-		rc = dest_get_ipc(be, dest, out, err);
-	if (rc == 0) {
-		(*out)->refs++;
-		(*out)->stamp = ++be->dest_clock;
-	}
-	pthread_mutex_unlock(&be->dest_lock);
-	return rc;
+		return dest_get_shm(be, dest, out, err);
+	return dest_get_ipc(be, dest, out, err);
 }
 
 static void dest_release(struct placefs_backend *be, struct placefs__dest_entry *e)

@@ -272,6 +272,23 @@ unsigned placefs_backend_sweep(const struct placefs_backend *be);
 unsigned placefs_backend_dest_count(const struct placefs_backend *be);
 
 /*
+ * The destination cache's counters. A CUDA IPC import runs outside the
+ * cache's lock, so copies into destinations already imported go on during
+ * it; a request for a handle being imported waits for that import
+ * (import_waits) instead of opening the handle again.
+ */
+struct placefs_backend_dest_stats {
+	uint64_t held;         /* cached now, as placefs_backend_dest_count() */
+	uint64_t imports;      /* CUDA IPC handles opened (successes and failures) */
+	uint64_t import_ns;    /* time spent opening them */
+	uint64_t import_waits; /* requests that waited for another request's import */
+};
+
+/* Fills *out (all zero for a NULL backend). */
+void placefs_backend_dest_stats(const struct placefs_backend *be,
+                                struct placefs_backend_dest_stats *out);
+
+/*
  * Removes the shared-memory objects that placefs processes killed before
  * they could clean up left in /dev/shm: host rings ("placefs-<pid>-<n>") and
  * client destinations ("placefs-client-<pid>-<n>", see placefs/client.h)

@@ -95,11 +95,15 @@ struct placefs_backend {
 	uint8_t *host_buf; /* info.nchunks * info.chunk_bytes, set by open() */
 	void *priv;        /* the backend's own state */
 
-	/* Imported copy-mode destinations (backend.c). */
+	/* Imported copy-mode destinations (backend.c), all behind dest_lock. */
 	pthread_mutex_t dest_lock;
+	pthread_cond_t dest_cond; /* an import finished (an entry left "pending") */
 	struct placefs__dest_entry *dests;
 	unsigned ndests;
 	uint64_t dest_clock;
+	uint64_t dest_imports;      /* CUDA IPC imports done (or failed) */
+	uint64_t dest_import_ns;    /* time in them */
+	uint64_t dest_import_waits; /* requests that waited for another's import */
 };
 
 extern const struct placefs_backend_ops placefs__host_ops;

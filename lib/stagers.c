@@ -267,6 +267,22 @@ unsigned placefs_stagers_dest_count(const struct placefs_stagers *s)
 	return n;
 }
 
+void placefs_stagers_dest_stats(const struct placefs_stagers *s,
+                                struct placefs_backend_dest_stats *out)
+{
+	struct placefs_backend_dest_stats one;
+	unsigned i;
+
+	memset(out, 0, sizeof(*out));
+	for (i = 0; i < s->n; i++) {
+		placefs_backend_dest_stats(placefs_stager_backend(s->st[i]), &one);
+		out->held += one.held;
+		out->imports += one.imports;
+		out->import_ns += one.import_ns;
+		out->import_waits += one.import_waits;
+	}
+}
+
 void placefs_stagers_stats(const struct placefs_stagers *s, struct placefs_stager_stats *total)
 {
 	struct placefs_stager_stats one;

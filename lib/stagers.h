@@ -102,6 +102,9 @@ size_t placefs_stagers_release_owner(struct placefs_stagers *s, uint64_t owner);
 void placefs_stagers_wake(struct placefs_stagers *s);
 unsigned placefs_stagers_sweep(const struct placefs_stagers *s);
 unsigned placefs_stagers_dest_count(const struct placefs_stagers *s);
+/* Every backend's destination counters, summed (placefs_backend_dest_stats()). */
+void placefs_stagers_dest_stats(const struct placefs_stagers *s,
+                                struct placefs_backend_dest_stats *out);
 
 /*
  * The counters of every stager added up (ring_capacity, host_buffer_bytes,

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -855,6 +857,186 @@ static void cuda_ipc_dest_test(void)
 }
 #endif
 
+/*
+ * CUDA IPC destinations through the host backend with its IPC operations
+ * replaced: "device memory" is host memory here, and an import of a handle
+ * whose first byte is 'S' blocks until the test says go (at most 5 s). A
+ * second byte 'X' makes the import fail.
+ */
+static pthread_mutex_t fk_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fk_cond = PTHREAD_COND_INITIALIZER;
+static bool fk_go, fk_timed_out;
+static atomic_int fk_opens, fk_closes;
+static uint8_t fk_mem[2][4096];
+
+static int fk_ipc_open(struct placefs_backend *be, const uint8_t *h, void **ptr,
+                       struct placefs_error *err)
+{
+	(void)be;
+	atomic_fetch_add(&fk_opens, 1);
+	if (h[0] == 'S') {
+		uint64_t end = placefs_clock_ns() + 5000000000ULL;
+
+		pthread_mutex_lock(&fk_lock);
+		while (!fk_go && placefs_clock_ns() < end) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 10000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&fk_cond, &fk_lock, &ts);
+		}
+		if (!fk_go)
+			fk_timed_out = true;
+		pthread_mutex_unlock(&fk_lock);
+	}
+	if (h[1] == 'X')
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE, "test: handle refused");
+	*ptr = fk_mem[h[0] == 'S'];
+	return 0;
+}
+
+static void fk_ipc_close(struct placefs_backend *be, void *ptr)
+{
+	(void)be;
+	ck_assert(ptr == fk_mem[0] || ptr == fk_mem[1]);
+	atomic_fetch_add(&fk_closes, 1);
+}
+
+static int fk_ring_to_device(struct placefs_backend *be, uint64_t ring_off, void *dptr, uint64_t n,
+                             struct placefs_error *err)
+{
+	return be->ops->ring_to_host(be, ring_off, dptr, n, err);
+}
+
+static void fk_go_set(bool go)
+{
+	pthread_mutex_lock(&fk_lock);
+	fk_go = go;
+	pthread_cond_broadcast(&fk_cond);
+	pthread_mutex_unlock(&fk_lock);
+}
+
+struct fk_copy {
+	struct placefs_backend *be;
+	struct placefs_dest d;
+	int rc;
+	pthread_t t;
+};
+
+static void *fk_copy_run(void *arg)
+{
+	struct fk_copy *c = arg;
+
+	c->rc = placefs_backend_copy_out(c->be, 0, 256, &c->d, NULL);
+	return NULL;
+}
+
+static void fk_dest(struct placefs_dest *d, const char *tag)
+{
+	uint8_t h[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES] = {0};
+
+	memcpy(h, tag, strlen(tag));
+	ck_assert_int_eq(placefs_dest_cuda_ipc(d, h, sizeof(h), 0, 4096, NULL), 0);
+}
+
+static void fk_start(struct fk_copy *c, struct placefs_backend *be, const char *tag)
+{
+	c->be = be;
+	c->rc = 1;
+	fk_dest(&c->d, tag);
+	ck_assert_int_eq(pthread_create(&c->t, NULL, fk_copy_run, c), 0);
+}
+
+/* Polls until cond holds, for at most 5 s. */
+#define FK_UNTIL(cond)                                                                             \
+	do {                                                                                       \
+		uint64_t end_ = placefs_clock_ns() + 5000000000ULL;                                \
+		while (!(cond) && placefs_clock_ns() < end_)                                       \
+			usleep(1000);                                                              \
+		ck_assert_msg((cond), "timed out waiting for " #cond);                             \
+	} while (0)
+
+START_TEST(test_ipc_import_unlocked)
+{
+	static struct placefs_backend_ops ops;
+	struct placefs_backend *be = mk("host", 1 << 16, 64 << 10);
+	struct placefs_backend_dest_stats st;
+	struct fk_copy a, b, c2, d2;
+	struct placefs_dest d;
+
+	ops = *be->ops;
+	ops.ipc_open = fk_ipc_open;
+	ops.ipc_close = fk_ipc_close;
+	ops.ring_to_device = fk_ring_to_device;
+	be->ops = &ops;
+	fk_go_set(false);
+	fk_timed_out = false;
+	atomic_store(&fk_opens, 0);
+	atomic_store(&fk_closes, 0);
+	memset(fk_mem, 0, sizeof(fk_mem));
+	push(be, 0, 0, 256, 4);
+
+	/* F: imported at once, and cached. */
+	fk_dest(&d, "F");
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
+	expect_pat(fk_mem[0], 256, 4);
+	ck_assert_int_eq(atomic_load(&fk_opens), 1);
+
+	/* S: a slow import, and a second request for it meanwhile. */
+	fk_start(&a, be, "S");
+	FK_UNTIL(atomic_load(&fk_opens) == 2);
+	fk_start(&b, be, "S");
+	placefs_backend_dest_stats(be, &st);
+	FK_UNTIL((placefs_backend_dest_stats(be, &st), st.import_waits == 1));
+	ck_assert_uint_eq(st.held, 2); /* F, and S pending */
+
+	/* A copy into F goes on while S is being imported. */
+	memset(fk_mem[0], 0, 256);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
+	expect_pat(fk_mem[0], 256, 4);
+	ck_assert(!fk_timed_out);
+	ck_assert_int_eq(a.rc, 1);
+	ck_assert_int_eq(b.rc, 1);
+
+	fk_go_set(true);
+	pthread_join(a.t, NULL);
+	pthread_join(b.t, NULL);
+	ck_assert(!fk_timed_out);
+	ck_assert_int_eq(a.rc, 0);
+	ck_assert_int_eq(b.rc, 0);
+	expect_pat(fk_mem[1], 256, 4);
+	ck_assert_int_eq(atomic_load(&fk_opens), 2); /* S opened once for both */
+	placefs_backend_dest_stats(be, &st);
+	ck_assert_uint_eq(st.held, 2);
+	ck_assert_uint_eq(st.imports, 2);
+	ck_assert_uint_eq(st.import_waits, 1);
+
+	/* SX: the import fails; the request that waited tries for itself, and fails too. */
+	fk_go_set(false);
+	fk_start(&c2, be, "SX");
+	FK_UNTIL(atomic_load(&fk_opens) == 3);
+	fk_start(&d2, be, "SX");
+	FK_UNTIL((placefs_backend_dest_stats(be, &st), st.import_waits == 2));
+	fk_go_set(true);
+	pthread_join(c2.t, NULL);
+	pthread_join(d2.t, NULL);
+	ck_assert_int_eq(c2.rc, -EINVAL);
+	ck_assert_int_eq(d2.rc, -EINVAL);
+	ck_assert_int_eq(atomic_load(&fk_opens), 4);
+	placefs_backend_dest_stats(be, &st);
+	ck_assert_uint_eq(st.held, 2); /* nothing cached for SX */
+	ck_assert_uint_eq(st.imports, 4);
+	ck_assert_int_eq(atomic_load(&fk_closes), 0); /* a failed import has nothing to close */
+
+	placefs_backend_free(be);
+	ck_assert_int_eq(atomic_load(&fk_closes), 2);
+}
+END_TEST
+
 START_TEST(test_cuda)
 {
 	struct placefs_backend *be = (struct placefs_backend *)1;
@@ -1037,6 +1219,7 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, test_host_dest_shm);
 	tcase_add_test(tc, test_host_dest_cache_many);
 	tcase_add_test(tc, test_host_dest_sweep);
+	tcase_add_test(tc, test_ipc_import_unlocked);
 	tcase_add_test(tc, test_shm_remove_stale);
 	tcase_add_test(tc, test_host_zero_copy_checks);
 	tcase_add_test(tc, test_shm_name_check);

@@ -114,6 +114,10 @@ shmem=$(awk '/^RssShmem:/ { print $2 }' "/proc/$MOUNT_PID/status")
 [ "$ok" -eq 1 ] || fail "after 20 copy runs exited, the daemon still maps $(client_maps) client destinations ($(stat_get "$MP" staging.dests) cached; RssShmem $shmem kB)"
 [ "$shmem" -le $((8192 + 1024)) ] || fail "daemon RssShmem is $shmem kB after the copy runs exited (ring: 8192 kB)"
 note "20 copy clients exited: 0 destinations mapped, RssShmem $shmem kB (ring 8192 kB)"
+# shm destinations are no CUDA IPC imports: the import counters are there, and 0.
+for k in dest_imports dest_import_ns dest_import_waits; do
+	[ "$(stat_get "$MP" staging.$k)" = 0 ] || fail "staging.$k is '$(stat_get "$MP" staging.$k)' after shm copies, want 0"
+done
 
 # Every malformed request, with the daemon serving after each.
 out=$(tmo 60 "$TSI" bad "$MP" "$MP/small" "$MP/large") || fail "bad ioctls: $out"

@@ -10,7 +10,9 @@ needs it). Each round mounts afresh for each way, alternating, and times the
 pass from the return of the mount command to the last item (each item kept,
 as a loader keeps its state dict; torch.cuda.synchronize at the end on a
 GPU), the first item, and the longest pause between two items with where it
-came (item index).
+came (item index). Where the daemon reports them (.placefs/stats), each line
+ends with its CUDA IPC imports: how many, the time in them, and how many
+requests waited for another's import.
 
   python3 tests/bench/iter-gaps.py PLACEFS_BIN OPTS SOURCE MOUNTPOINT
           [--rounds N] [--device D] [--window BYTES]
@@ -22,6 +24,7 @@ checkpoint is small, so that as few batches are in flight as on a large one).
 Prints one line per pass and the medians per way.
 """
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -40,6 +43,19 @@ def mount(args):
 
 def umount(mnt):
     subprocess.run(["fusermount3", "-u", mnt], check=True)
+
+
+def imports(mnt):
+    """The daemon's destination imports so far, as text; "" when it does not say."""
+    try:
+        with open(os.path.join(mnt, ".placefs", "stats")) as f:
+            st = json.load(f).get("staging", {})
+    except (OSError, ValueError):
+        return ""
+    if "dest_imports" not in st:
+        return ""
+    return "; %d imports in %.1f ms, %d waited" % (
+        st["dest_imports"], st["dest_import_ns"] / 1e6, st["dest_import_waits"])
 
 
 def one(args, way, torch):
@@ -65,14 +81,15 @@ def one(args, way, torch):
             if torch is not None and args.device != "cpu":
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
+            imp = imports(args.mnt)
         finally:
             del keep
             umount(args.mnt)
     finally:
         _plan.column_chunks = real
     print("%-6s %d items, %d bytes in %.3f s (%.2f GB/s); first item %.1f ms; longest pause "
-          "%.1f ms, before item %d" % (way, i + 1, nb, dt, nb / dt / 1e9, first * 1e3,
-                                       gap * 1e3, at), flush=True)
+          "%.1f ms, before item %d%s" % (way, i + 1, nb, dt, nb / dt / 1e9, first * 1e3,
+                                         gap * 1e3, at, imp), flush=True)
     return dt, gap
 
 

@@ -492,6 +492,13 @@ EOF
 	"$BUILD/tests/test_stage_ioctl" batch $(cat "$WORK/llama.batch")
 	cat "$MP/.placefs/stats"
 	echo
+	# Copies into device memory went through CUDA IPC imports, each timed.
+	if [ "${DEV%%:*}" = cuda ]; then
+		[ "$(stat_get staging.dest_imports)" -ge 1 ]
+		[ "$(stat_get staging.dest_import_ns)" -gt 0 ]
+		echo "NOTE: $(stat_get staging.dest_imports) CUDA IPC imports in" \
+			"$(stat_get staging.dest_import_ns) ns, $(stat_get staging.dest_import_waits) waited"
+	fi
 }
 
 # The device memory of process $1 in MiB (nvidia-smi), or empty.
