@@ -175,6 +175,30 @@ static void dest_drop(struct placefs_backend *be, struct placefs__dest_entry *e)
 	free(e);
 }
 
+/*
+ * Entries leave the cache under the lock but are dropped after it, so that no
+ * CUDA call (cudaIpcCloseMemHandle) runs with the lock held: dest_bury()
+ * puts a detached entry nobody uses on a list of the caller's, dest_bury_all()
+ * drops the list once the lock is released. Closing a mapping after the
+ * same handle was imported again is safe: the runtime counts the opens of a
+ * handle in a context and unmaps at the last close.
+ */
+static void dest_bury(struct placefs__dest_entry **grave, struct placefs__dest_entry *e)
+{
+	e->next = *grave;
+	*grave = e;
+}
+
+static void dest_bury_all(struct placefs_backend *be, struct placefs__dest_entry *grave)
+{
+	struct placefs__dest_entry *next;
+
+	for (; grave; grave = next) {
+		next = grave->next;
+		dest_drop(be, grave);
+	}
+}
+
 void placefs_backend_free(struct placefs_backend *be)
 {
 	struct placefs__dest_entry *e, *next;
@@ -443,8 +467,8 @@ static bool dest_dead(const struct placefs__dest_entry *e)
 	return e->pid > 0 && kill(e->pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Drops the idle dead entries; lock held. */
-static unsigned dest_sweep(struct placefs_backend *be)
+/* Takes the idle dead entries out of the cache onto *grave; lock held. */
+static unsigned dest_sweep(struct placefs_backend *be, struct placefs__dest_entry **grave)
 {
 	struct placefs__dest_entry *e, *next;
 	unsigned n = 0;
@@ -453,7 +477,7 @@ static unsigned dest_sweep(struct placefs_backend *be)
 		next = e->next;
 		if (e->refs == 0 && dest_dead(e)) {
 			dest_detach(be, e);
-			dest_drop(be, e);
+			dest_bury(grave, e);
 			n++;
 		}
 	}
@@ -464,13 +488,15 @@ unsigned placefs_backend_sweep(const struct placefs_backend *cbe)
 {
 	/* The cache is behind dest_lock; see the header for why `be` is const. */
 	struct placefs_backend *be = (struct placefs_backend *)cbe;
+	struct placefs__dest_entry *grave = NULL;
 	unsigned n;
 
 	if (!be)
 		return 0;
 	pthread_mutex_lock(&be->dest_lock);
-	n = dest_sweep(be);
+	n = dest_sweep(be, &grave);
 	pthread_mutex_unlock(&be->dest_lock);
+	dest_bury_all(be, grave);
 	return n;
 }
 
@@ -504,13 +530,13 @@ unsigned placefs_backend_dest_count(const struct placefs_backend *cbe)
 }
 
 /*
- * Before a new import (a lookup that missed): drops the dead entries, then
- * the oldest idle ones until there is room for one more; lock held. The
- * sweep costs little next to the import itself.
+ * Before a new import (a lookup that missed): takes the dead entries, then
+ * the oldest idle ones, out of the cache onto *grave until there is room for
+ * one more; lock held. The sweep costs little next to the import itself.
  */
-static void dest_evict(struct placefs_backend *be)
+static void dest_evict(struct placefs_backend *be, struct placefs__dest_entry **grave)
 {
-	dest_sweep(be);
+	dest_sweep(be, grave);
 	while (be->ndests >= DEST_CACHE_MAX) {
 		struct placefs__dest_entry *e, *old = NULL;
 
@@ -520,7 +546,7 @@ static void dest_evict(struct placefs_backend *be)
 		if (!old)
 			return; /* all busy: the cache may exceed its size for a while */
 		dest_detach(be, old);
-		dest_drop(be, old);
+		dest_bury(grave, old);
 	}
 }
 
@@ -567,7 +593,7 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
                         struct placefs__dest_entry **out, struct placefs_error *err)
 {
 	const char *name = (const char *)d->handle;
-	struct placefs__dest_entry *e;
+	struct placefs__dest_entry *e, *grave = NULL;
 	struct stat st;
 	int fd;
 
@@ -596,12 +622,13 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 		/* The name now refers to another object. */
 		dest_detach(be, e);
 		if (e->refs == 0)
-			dest_drop(be, e);
+			dest_bury(&grave, e);
 	}
-	dest_evict(be);
+	dest_evict(be, &grave);
 	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
 	if (!e) {
 		pthread_mutex_unlock(&be->dest_lock);
+		dest_bury_all(be, grave);
 		close(fd);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	}
@@ -614,6 +641,7 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 	be->dests = e;
 	be->ndests++;
 	pthread_mutex_unlock(&be->dest_lock);
+	dest_bury_all(be, grave);
 	*out = e;
 	return 0;
 }
@@ -664,14 +692,15 @@ static int ring_to_fd_bounce(struct placefs_backend *be, uint64_t ring_off, int 
  * runs without the lock, so that copies into destinations already imported
  * go on meanwhile: the importer puts a pending entry in the cache first, and
  * a request for the same handle waits for it rather than opening the handle
- * a second time (the runtime refuses a second import of one allocation). If
- * the import fails, the entry leaves the cache and each waiter tries for
- * itself, so that each gets its own error.
+ * a second time (which would cost a second import and leave two entries for
+ * one key). If the import fails, the entry leaves the cache and each waiter
+ * tries for itself, so that each gets its own error. Entries evicted to make
+ * room are closed after the lock is released (dest_bury()).
  */
 static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d,
                         struct placefs__dest_entry **out, struct placefs_error *err)
 {
-	struct placefs__dest_entry *e;
+	struct placefs__dest_entry *e, *grave = NULL;
 	uint64_t t0;
 	void *p = NULL;
 	int rc;
@@ -688,12 +717,13 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 		if (!e->detached)
 			goto found;
 		if (e->refs == 0)
-			dest_drop(be, e); /* the import failed; try it here */
+			dest_bury(&grave, e); /* the import failed; try it here */
 	}
-	dest_evict(be);
+	dest_evict(be, &grave);
 	e = dest_new(be, d->kind, d->handle, d->handle_bytes);
 	if (!e) {
 		pthread_mutex_unlock(&be->dest_lock);
+		dest_bury_all(be, grave);
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
 	}
 	e->pending = true;
@@ -702,6 +732,8 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 	be->dests = e;
 	be->ndests++;
 	pthread_mutex_unlock(&be->dest_lock);
+	dest_bury_all(be, grave);
+	grave = NULL;
 
 	t0 = placefs_clock_ns();
 	rc = be->ops->ipc_open(be, d->handle, &p, err);
@@ -714,16 +746,20 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 	be->dest_import_ns += t0;
 	pthread_cond_broadcast(&be->dest_cond);
 	if (rc != 0) {
+		/* Out of the cache; the last request that waited for it drops it, else here. */
+		bool drop = e->refs == 0;
+
 		dest_detach(be, e);
-		if (e->refs == 0)
-			dest_drop(be, e);
 		pthread_mutex_unlock(&be->dest_lock);
+		if (drop)
+			dest_drop(be, e);
 		return rc;
 	}
 	e->ptr = p;
 found:
 	dest_ref(be, e, d->pid);
 	pthread_mutex_unlock(&be->dest_lock);
+	dest_bury_all(be, grave);
 	*out = e;
 	return 0;
 }
@@ -776,10 +812,13 @@ static int dest_acquire(struct placefs_backend *be, const struct placefs_dest *d
 
 static void dest_release(struct placefs_backend *be, struct placefs__dest_entry *e)
 {
+	bool last;
+
 	pthread_mutex_lock(&be->dest_lock);
-	if (--e->refs == 0 && e->detached)
-		dest_drop(be, e);
+	last = --e->refs == 0 && e->detached;
 	pthread_mutex_unlock(&be->dest_lock);
+	if (last)
+		dest_drop(be, e); /* out of the cache and unused: nobody else can reach it */
 }
 
 int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,

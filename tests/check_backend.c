@@ -860,49 +860,59 @@ static void cuda_ipc_dest_test(void)
 /*
  * CUDA IPC destinations through the host backend with its IPC operations
  * replaced: "device memory" is host memory here, and an import of a handle
- * whose first byte is 'S' blocks until the test says go (at most 5 s). A
- * second byte 'X' makes the import fail.
+ * whose first byte is 'S' blocks until the test says go (at most 5 s), as
+ * does closing the import of a handle whose first byte is 'C'. A second byte
+ * 'X' makes the import fail.
  */
 static pthread_mutex_t fk_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fk_cond = PTHREAD_COND_INITIALIZER;
 static bool fk_go, fk_timed_out;
-static atomic_int fk_opens, fk_closes;
-static uint8_t fk_mem[2][4096];
+static atomic_int fk_opens, fk_closes, fk_closing;
+static uint8_t fk_mem[3][4096];
+
+/* Waits until the test says go, for at most 5 s; notes a timeout. */
+static void fk_wait_go(void)
+{
+	uint64_t end = placefs_clock_ns() + 5000000000ULL;
+
+	pthread_mutex_lock(&fk_lock);
+	while (!fk_go && placefs_clock_ns() < end) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&fk_cond, &fk_lock, &ts);
+	}
+	if (!fk_go)
+		fk_timed_out = true;
+	pthread_mutex_unlock(&fk_lock);
+}
 
 static int fk_ipc_open(struct placefs_backend *be, const uint8_t *h, void **ptr,
                        struct placefs_error *err)
 {
 	(void)be;
 	atomic_fetch_add(&fk_opens, 1);
-	if (h[0] == 'S') {
-		uint64_t end = placefs_clock_ns() + 5000000000ULL;
-
-		pthread_mutex_lock(&fk_lock);
-		while (!fk_go && placefs_clock_ns() < end) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 10000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&fk_cond, &fk_lock, &ts);
-		}
-		if (!fk_go)
-			fk_timed_out = true;
-		pthread_mutex_unlock(&fk_lock);
-	}
+	if (h[0] == 'S')
+		fk_wait_go();
 	if (h[1] == 'X')
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE, "test: handle refused");
-	*ptr = fk_mem[h[0] == 'S'];
+	*ptr = fk_mem[h[0] == 'S' ? 1 : h[0] == 'C' ? 2 : 0];
 	return 0;
 }
 
 static void fk_ipc_close(struct placefs_backend *be, void *ptr)
 {
 	(void)be;
-	ck_assert(ptr == fk_mem[0] || ptr == fk_mem[1]);
+	ck_assert(ptr == fk_mem[0] || ptr == fk_mem[1] || ptr == fk_mem[2]);
+	if (ptr == fk_mem[2]) {
+		atomic_store(&fk_closing, 1);
+		fk_wait_go();
+	}
 	atomic_fetch_add(&fk_closes, 1);
 }
 
@@ -960,13 +970,11 @@ static void fk_start(struct fk_copy *c, struct placefs_backend *be, const char *
 		ck_assert_msg((cond), "timed out waiting for " #cond);                             \
 	} while (0)
 
-START_TEST(test_ipc_import_unlocked)
+/* A host backend whose IPC operations are the fakes above, ring bytes 0..256 pattern 4. */
+static struct placefs_backend *fk_backend(void)
 {
 	static struct placefs_backend_ops ops;
 	struct placefs_backend *be = mk("host", 1 << 16, 64 << 10);
-	struct placefs_backend_dest_stats st;
-	struct fk_copy a, b, c2, d2;
-	struct placefs_dest d;
 
 	ops = *be->ops;
 	ops.ipc_open = fk_ipc_open;
@@ -977,8 +985,18 @@ START_TEST(test_ipc_import_unlocked)
 	fk_timed_out = false;
 	atomic_store(&fk_opens, 0);
 	atomic_store(&fk_closes, 0);
+	atomic_store(&fk_closing, 0);
 	memset(fk_mem, 0, sizeof(fk_mem));
 	push(be, 0, 0, 256, 4);
+	return be;
+}
+
+START_TEST(test_ipc_import_unlocked)
+{
+	struct placefs_backend *be = fk_backend();
+	struct placefs_backend_dest_stats st;
+	struct fk_copy a, b, c2, d2;
+	struct placefs_dest d;
 
 	/* F: imported at once, and cached. */
 	fk_dest(&d, "F");
@@ -1032,6 +1050,55 @@ START_TEST(test_ipc_import_unlocked)
 	ck_assert_uint_eq(st.imports, 4);
 	ck_assert_int_eq(atomic_load(&fk_closes), 0); /* a failed import has nothing to close */
 
+	placefs_backend_free(be);
+	ck_assert_int_eq(atomic_load(&fk_closes), 2);
+}
+END_TEST
+
+struct fk_sweep {
+	struct placefs_backend *be;
+	unsigned n;
+};
+
+static void *fk_sweep_run(void *arg)
+{
+	struct fk_sweep *w = arg;
+
+	w->n = placefs_backend_sweep(w->be);
+	return NULL;
+}
+
+START_TEST(test_ipc_close_unlocked)
+{
+	/* A mapping is closed after the lock is released: copies go on meanwhile. */
+	struct placefs_backend *be = fk_backend();
+	struct fk_sweep w = {be, 0};
+	struct placefs_dest f, c;
+	pthread_t t;
+
+	fk_dest(&f, "F");
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &f, NULL), 0);
+	fk_dest(&c, "C");
+	c.pid = dead_pid(); /* its owner is gone: the next sweep drops it */
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &c, NULL), 0);
+	expect_pat(fk_mem[2], 256, 4);
+	ck_assert_uint_eq(placefs_backend_dest_count(be), 2);
+
+	ck_assert_int_eq(pthread_create(&t, NULL, fk_sweep_run, &w), 0);
+	FK_UNTIL(atomic_load(&fk_closing) == 1);
+	/* C is out of the cache; F is still served while C's close runs. */
+	ck_assert_uint_eq(placefs_backend_dest_count(be), 1);
+	memset(fk_mem[0], 0, 256);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &f, NULL), 0);
+	expect_pat(fk_mem[0], 256, 4);
+	ck_assert(!fk_timed_out);
+	ck_assert_int_eq(atomic_load(&fk_closes), 0);
+
+	fk_go_set(true);
+	pthread_join(t, NULL);
+	ck_assert(!fk_timed_out);
+	ck_assert_uint_eq(w.n, 1);
+	ck_assert_int_eq(atomic_load(&fk_closes), 1);
 	placefs_backend_free(be);
 	ck_assert_int_eq(atomic_load(&fk_closes), 2);
 }
@@ -1220,6 +1287,7 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, test_host_dest_cache_many);
 	tcase_add_test(tc, test_host_dest_sweep);
 	tcase_add_test(tc, test_ipc_import_unlocked);
+	tcase_add_test(tc, test_ipc_close_unlocked);
 	tcase_add_test(tc, test_shm_remove_stale);
 	tcase_add_test(tc, test_host_zero_copy_checks);
 	tcase_add_test(tc, test_shm_name_check);
