@@ -29,8 +29,9 @@ struct placefs__dest_entry {
 	uint32_t kind;
 	uint32_t key_len;
 	uint8_t key[PLACEFS_IOC_HANDLE_MAX];
-	void *ptr; /* CUDA IPC: the imported device pointer; shm: NULL (never mapped) */
-	dev_t dev; /* shm: identity of the object */
+	void *ptr;      /* CUDA IPC: the imported device pointer; shm: NULL (never mapped) */
+	uint64_t bytes; /* CUDA IPC: the allocation's bytes from ptr on, as the driver says */
+	dev_t dev;      /* shm: identity of the object */
 	ino_t ino;
 	int fd;         /* shm: the object, written with pwrite() and seen unlinked; else -1 */
 	pid_t tid;      /* placefs_dest.pid of its last use */
@@ -701,7 +702,7 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
                         struct placefs__dest_entry **out, struct placefs_error *err)
 {
 	struct placefs__dest_entry *e, *grave = NULL;
-	uint64_t t0;
+	uint64_t t0, bytes = 0;
 	void *p = NULL;
 	int rc;
 
@@ -736,7 +737,7 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 	grave = NULL;
 
 	t0 = placefs_clock_ns();
-	rc = be->ops->ipc_open(be, d->handle, &p, err);
+	rc = be->ops->ipc_open(be, d->handle, &p, &bytes, err);
 	t0 = placefs_clock_ns() - t0;
 
 	pthread_mutex_lock(&be->dest_lock);
@@ -756,6 +757,7 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 		return rc;
 	}
 	e->ptr = p;
+	e->bytes = bytes;
 found:
 	dest_ref(be, e, d->pid);
 	pthread_mutex_unlock(&be->dest_lock);
@@ -801,15 +803,6 @@ static int dest_check(const struct placefs_backend *be, const struct placefs_des
 	return 0;
 }
 
-/* Finds or imports dest's cache entry and takes a reference on it. */
-static int dest_acquire(struct placefs_backend *be, const struct placefs_dest *dest,
-                        struct placefs__dest_entry **out, struct placefs_error *err)
-{
-	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
-		return dest_get_shm(be, dest, out, err);
-	return dest_get_ipc(be, dest, out, err);
-}
-
 static void dest_release(struct placefs_backend *be, struct placefs__dest_entry *e)
 {
 	bool last;
@@ -819,6 +812,38 @@ static void dest_release(struct placefs_backend *be, struct placefs__dest_entry 
 	pthread_mutex_unlock(&be->dest_lock);
 	if (last)
 		dest_drop(be, e); /* out of the cache and unused: nobody else can reach it */
+}
+
+/*
+ * Finds or imports dest's cache entry and takes a reference on it, for
+ * writing n bytes at dest->offset. A CUDA IPC destination's size is the
+ * client's word (dest_check() holds the range to it); the allocation's is
+ * the driver's, and a range past it would write into whatever the daemon
+ * has mapped next, another client's memory included: refused.
+ */
+static int dest_acquire(struct placefs_backend *be, const struct placefs_dest *dest, uint64_t n,
+                        struct placefs__dest_entry **out, struct placefs_error *err)
+{
+	int rc;
+
+	if (dest->kind == PLACEFS_IOC_HANDLE_HOST_SHM)
+		return dest_get_shm(be, dest, out, err);
+	rc = dest_get_ipc(be, dest, out, err);
+	if (rc != 0)
+		return rc;
+	if (dest->offset > (*out)->bytes || n > (*out)->bytes - dest->offset) {
+		uint64_t bytes = (*out)->bytes;
+
+		dest_release(be, *out);
+		*out = NULL;
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "destination too small: offset %llu + %llu bytes > the "
+		                         "%llu-byte CUDA allocation its handle names (dest_size "
+		                         "%llu)",
+		                         (unsigned long long)dest->offset, (unsigned long long)n,
+		                         (unsigned long long)bytes, (unsigned long long)dest->size);
+	}
+	return 0;
 }
 
 int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint64_t n,
@@ -832,7 +857,7 @@ int placefs_backend_copy_out(struct placefs_backend *be, uint64_t ring_off, uint
 		rc = dest_check(be, dest, n, err);
 	if (rc != 0 || n == 0)
 		return rc;
-	rc = dest_acquire(be, dest, &e, err);
+	rc = dest_acquire(be, dest, n, &e, err);
 	if (rc != 0)
 		return rc;
 
@@ -872,7 +897,7 @@ int placefs_backend_target_open(struct placefs_backend *be, const struct placefs
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
-	rc = dest_acquire(be, dest, &t->e, err);
+	rc = dest_acquire(be, dest, n, &t->e, err);
 	if (rc != 0) {
 		free(t);
 		return rc;
@@ -932,7 +957,7 @@ int placefs_backend_dest_device(struct placefs_backend *be, const struct placefs
 		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
 		                         "%s cannot copy into a CUDA IPC destination",
 		                         be->info.name);
-	rc = dest_acquire(be, dest, &e, err);
+	rc = dest_acquire(be, dest, 0, &e, err);
 	if (rc != 0)
 		return rc;
 	rc = be->ops->ptr_device(be, e->ptr, &device, err);

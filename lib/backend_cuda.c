@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cuda.h> /* CUresult, CUdeviceptr: the one driver call, through dlsym() */
 #include <cuda_runtime_api.h>
 
 #include "backend_i.h"
@@ -468,19 +472,61 @@ static int cuda_ring_to_host(struct placefs_backend *be, uint64_t ring_off, void
 	return 0;
 }
 
+/*
+ * The driver's cuMemGetAddressRange, which the runtime API lacks: the base
+ * and size of the allocation an address lies in. Looked up once in the
+ * driver library the runtime has loaded (its ABI has been stable since CUDA
+ * 3.2), so that the build needs no libcuda and no driver-API version.
+ */
+typedef CUresult (*cuda_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+static cuda_range_fn cuda_range;
+static pthread_once_t cuda_range_once = PTHREAD_ONCE_INIT;
+
+static void cuda_range_load(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (lib)
+		cuda_range = (cuda_range_fn)(uintptr_t)dlsym(lib, "cuMemGetAddressRange_v2");
+}
+
+/* The bytes from ptr to the end of its allocation; 0 or a negative errno with a message. */
+static int cuda_bytes_from(int device, void *ptr, uint64_t *bytes, struct placefs_error *err)
+{
+	CUdeviceptr base = 0, p = (CUdeviceptr)(uintptr_t)ptr;
+	size_t size = 0;
+	CUresult r;
+
+	pthread_once(&cuda_range_once, cuda_range_load);
+	if (!cuda_range)
+		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_IO,
+		                         "cuda:%d: cannot find cuMemGetAddressRange_v2 in "
+		                         "libcuda.so.1, so the size of a destination cannot be "
+		                         "checked",
+		                         device);
+	r = cuda_range(&base, &size, p);
+	if (r != CUDA_SUCCESS || p < base || p - base > size)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "cuda:%d: the driver cannot tell the allocation of the "
+		                         "destination CUDA IPC handle (error %d)",
+		                         device, (int)r);
+	*bytes = (uint64_t)(size - (p - base));
+	return 0;
+}
+
 static int cuda_ipc_open(struct placefs_backend *be, const uint8_t *handle, void **ptr,
-                         struct placefs_error *err)
+                         uint64_t *bytes, struct placefs_error *err)
 {
 	struct cuda_priv *cp = be->priv;
 	cudaIpcMemHandle_t h;
 	cudaError_t e;
+	int rc;
 
 	memcpy(&h, handle, sizeof(h));
 	cudaSetDevice(cp->device);
 	e = cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess);
 	if (e != cudaSuccess) {
-		int rc = cuda_errno(e);
-
+		rc = cuda_errno(e);
 		cudaGetLastError();
 		/* A handle the runtime rejects is the caller's mistake. */
 		if (rc == -EIO)
@@ -490,7 +536,12 @@ static int cuda_ipc_open(struct placefs_backend *be, const uint8_t *handle, void
 		                         "%s: %s",
 		                         cp->device, cudaGetErrorName(e), cudaGetErrorString(e));
 	}
-	return 0;
+	rc = cuda_bytes_from(cp->device, *ptr, bytes, err);
+	if (rc != 0) {
+		cudaIpcCloseMemHandle(*ptr);
+		*ptr = NULL;
+	}
+	return rc;
 }
 
 static void cuda_ipc_close(struct placefs_backend *be, void *ptr)

@@ -42,9 +42,14 @@ struct placefs_backend_ops {
 	 */
 	int (*ring_to_fd)(struct placefs_backend *be, uint64_t ring_off, int fd, uint64_t off,
 	                  uint64_t n, struct placefs_error *err);
-	/* CUDA IPC destinations; NULL when the backend cannot serve them. */
+	/*
+	 * CUDA IPC destinations; NULL when the backend cannot serve them.
+	 * ipc_open maps the allocation a handle names and gives its address
+	 * and its size in bytes (from the driver, not from the client: copies
+	 * past it are refused).
+	 */
 	int (*ipc_open)(struct placefs_backend *be, const uint8_t *handle, void **ptr,
-	                struct placefs_error *err);
+	                uint64_t *bytes, struct placefs_error *err);
 	void (*ipc_close)(struct placefs_backend *be, void *ptr);
 	int (*ring_to_device)(struct placefs_backend *be, uint64_t ring_off, void *dptr, uint64_t n,
 	                      struct placefs_error *err);

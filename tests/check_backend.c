@@ -892,7 +892,7 @@ static void fk_wait_go(void)
 	pthread_mutex_unlock(&fk_lock);
 }
 
-static int fk_ipc_open(struct placefs_backend *be, const uint8_t *h, void **ptr,
+static int fk_ipc_open(struct placefs_backend *be, const uint8_t *h, void **ptr, uint64_t *bytes,
                        struct placefs_error *err)
 {
 	(void)be;
@@ -902,6 +902,7 @@ static int fk_ipc_open(struct placefs_backend *be, const uint8_t *h, void **ptr,
 	if (h[1] == 'X')
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE, "test: handle refused");
 	*ptr = fk_mem[h[0] == 'S' ? 1 : h[0] == 'C' ? 2 : 0];
+	*bytes = sizeof(fk_mem[0]); /* what the driver says of the allocation */
 	return 0;
 }
 
@@ -1104,6 +1105,35 @@ START_TEST(test_ipc_close_unlocked)
 }
 END_TEST
 
+START_TEST(test_ipc_past_allocation)
+{
+	/* The client says 8192 bytes; the allocation (the driver's word) has 4096. */
+	struct placefs_backend *be = fk_backend();
+	struct placefs_error err;
+	struct placefs_dest d;
+	uint8_t h[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES] = {'F'};
+	uint64_t i;
+
+	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, sizeof(h), 3840, 8192, NULL), 0);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0); /* its last 256 */
+	expect_pat(fk_mem[0] + 3840, 256, 4);
+	memset(fk_mem, 0, sizeof(fk_mem));
+	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, sizeof(h), 3841, 8192, NULL), 0);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "4096-byte CUDA allocation") != NULL, "%s", err.msg);
+	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, sizeof(h), 5000, 8192, NULL), 0);
+	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), -EINVAL);
+	for (i = 0; i < sizeof(fk_mem); i++)
+		ck_assert_uint_eq(((uint8_t *)fk_mem)[i], 0); /* nothing written anywhere */
+	/* The import stays cached, unused: refused copies leave no reference behind. */
+	ck_assert_uint_eq(placefs_backend_dest_count(be), 1);
+	ck_assert_int_eq(atomic_load(&fk_opens), 1);
+	placefs_backend_free(be);
+	ck_assert_int_eq(atomic_load(&fk_closes), 1);
+}
+END_TEST
+
 START_TEST(test_cuda)
 {
 	struct placefs_backend *be = (struct placefs_backend *)1;
@@ -1288,6 +1318,7 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, test_host_dest_sweep);
 	tcase_add_test(tc, test_ipc_import_unlocked);
 	tcase_add_test(tc, test_ipc_close_unlocked);
+	tcase_add_test(tc, test_ipc_past_allocation);
 	tcase_add_test(tc, test_shm_remove_stale);
 	tcase_add_test(tc, test_host_zero_copy_checks);
 	tcase_add_test(tc, test_shm_name_check);

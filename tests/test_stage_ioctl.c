@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "devmem.h" /* device memory of our own, for a CUDA IPC destination */
 #include "placefs/client.h"
 
 static int checks, failures;
@@ -114,6 +115,71 @@ static void make_shm(char *name, size_t len, uint64_t size)
 		exit(2);
 	}
 	close(fd);
+}
+
+/*
+ * A CUDA IPC destination whose dest_size is larger than the allocation its
+ * handle names: the daemon holds the range to the allocation (the driver's
+ * size), so a copy past its end is EINVAL (a daemon without the check writes
+ * into whatever it has mapped next, or fails with a CUDA error); the copy
+ * that ends at the allocation's last byte works and lands the tensor's
+ * bytes. The allocation is a multiple of 2 MiB, so the driver's size is the
+ * one asked for.
+ */
+static void cuda_past_allocation(int fd, int32_t device, uint64_t n)
+{
+	uint64_t bytes = (n + 4096 + (2ULL << 20) - 1) / (2ULL << 20) * (2ULL << 20);
+	uint8_t h[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES], *tail;
+	struct placefs_ioc_stage s;
+	struct placefs_error err;
+	void *dp = NULL;
+	uint64_t i;
+
+	placefs_error_clear(&err);
+	if (placefs_devmem_alloc(device, bytes, &dp, h, &err) != 0) {
+		CHECK(0, "cannot allocate %" PRIu64 " bytes on cuda:%d: %s", bytes, device,
+		      err.msg);
+		return;
+	}
+	stage_init(&s, PLACEFS_IOC_STAGE_COPY);
+	s.dest_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+	s.dest_handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
+	memcpy(s.dest_handle, h, sizeof(h));
+	s.dest_size = bytes * 2; /* the client's word */
+	s.dest_offset = bytes - n + 4096;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy past the end of the CUDA allocation");
+	s.dest_offset = bytes + 4096;
+	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy wholly past the CUDA allocation");
+	stage_init(&s, PLACEFS_IOC_STAGE_COPY);
+	s.dest_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+	s.dest_handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
+	memcpy(s.dest_handle, h, sizeof(h));
+	s.dest_size = bytes;
+	s.dest_offset = bytes - n;
+	expect(fd, PLACEFS_IOC_STAGE, &s, 0, "copy that ends at the allocation's last byte");
+	/* The copy that was let through wrote the tensor's bytes there. */
+	tail = malloc(n ? n : 1);
+	if (tail &&
+	    placefs_devmem_to_host(device, (uint8_t *)dp + (bytes - n), tail, n, &err) == 0) {
+		uint8_t *want = malloc(n ? n : 1);
+		ssize_t got = want ? pread(fd, want, n, 0) : -1;
+
+		CHECK(got == (ssize_t)n, "read of the tensor file: %zd of %" PRIu64, got, n);
+		for (i = 0; want && got == (ssize_t)n && i < n; i++)
+			if (tail[i] != want[i]) {
+				CHECK(0,
+				      "byte %" PRIu64
+				      " of the copy at the allocation's end differs",
+				      i);
+				break;
+			}
+		free(want);
+	} else {
+		CHECK(0, "cannot read the destination back: %s", err.msg);
+	}
+	free(tail);
+	placefs_devmem_free(device, dp);
+	printf("CUDA allocation of %" PRIu64 " bytes: copies past its end refused\n", bytes);
 }
 
 static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
@@ -331,6 +397,7 @@ static int cmd_bad(const char *mnt, const char *gpu, const char *cpu)
 		CHECK(i != 0, "copy to a made-up CUDA IPC handle succeeded");
 		printf("made-up CUDA IPC handle: %s\n",
 		       i ? placefs_client_errno_name(errno) : "ok");
+		cuda_past_allocation(fd, ri_ok.device, n);
 	}
 	/* The good request still works, at the last offset that fits. */
 	copy_init(&s, shm, 4096, n + 4096);
