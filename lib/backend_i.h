@@ -46,7 +46,7 @@ struct placefs_backend_ops {
 	 * CUDA IPC destinations; NULL when the backend cannot serve them.
 	 * ipc_open maps the allocation a handle names and gives its address
 	 * and its size in bytes (from the driver, not from the client: copies
-	 * past it are refused).
+	 * past it are refused; UINT64_MAX where the driver cannot say).
 	 */
 	int (*ipc_open)(struct placefs_backend *be, const uint8_t *handle, void **ptr,
 	                uint64_t *bytes, struct placefs_error *err);
