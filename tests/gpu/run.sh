@@ -363,7 +363,11 @@ do_ioctl() {
 	fuse_ok || exit 77
 	trap 'unmount "$MP"; show_log' EXIT
 	mount_ckpt "$WORK/seed.safetensors" "$MP" "buffer_size=8388608,device=$DEV"
-	"$BUILD/tests/test_stage_ioctl" bad "$MP" "$MP/small" "$MP/large" | tee "$OUT/ioctl.txt"
+	# Not through a pipe: a failed check must fail the step, not be tee's exit status.
+	rc=0
+	"$BUILD/tests/test_stage_ioctl" bad "$MP" "$MP/small" "$MP/large" >"$OUT/ioctl.txt" 2>&1 || rc=$?
+	cat "$OUT/ioctl.txt"
+	[ "$rc" -eq 0 ] || { echo "test_stage_ioctl bad exited $rc"; exit 1; }
 	echo "NOTE: $(tail -n 1 "$OUT/ioctl.txt")"
 }
 
