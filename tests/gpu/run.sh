@@ -223,6 +223,21 @@ print(v)
 EOF
 }
 
+# last_line CMD...: runs CMD; prints the last line of its output; fails when CMD
+# fails (with all of its output on stderr), which a pipe into tail would hide.
+last_line() {
+	local f rc=0
+	f=$(mktemp)
+	"$@" >"$f" 2>&1 || rc=$?
+	tail -n 1 "$f"
+	if [ "$rc" -ne 0 ]; then
+		cat "$f" >&2
+		echo "failed with status $rc: $*" >&2
+	fi
+	rm -f "$f"
+	return "$rc"
+}
+
 expect_fail() {
 	if "$@"; then
 		echo "expected a failure: $*"
@@ -471,7 +486,7 @@ do_llama() {
 	for mode in copy borrow; do
 		# Twice: the first run warms the page cache; the second is the number.
 		"$BUILD/tools/placefs-stage" --mode $mode -q --all "$MP" >/dev/null
-		out=$("$BUILD/tools/placefs-stage" --mode $mode -q --all "$MP" | tail -n 1)
+		out=$(last_line "$BUILD/tools/placefs-stage" --mode $mode -q --all "$MP")
 		echo "$out"
 		echo "NOTE: $mode $(echo "$out" | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p') GB/s"
 	done
@@ -482,7 +497,7 @@ do_llama() {
 	out=$("$BUILD/tools/placefs-stage" --mode copy --batch 64 --verify -q --all "$MP")
 	echo "$out"
 	echo "$out" | grep -Eq '^verify: ([0-9]+) of \1 tensors byte-exact$'
-	out=$("$BUILD/tools/placefs-stage" --mode copy --batch 64 -q --all "$MP" | tail -n 1)
+	out=$(last_line "$BUILD/tools/placefs-stage" --mode copy --batch 64 -q --all "$MP")
 	echo "$out"
 	echo "NOTE: copy --batch 64 $(echo "$out" | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p') GB/s"
 	python3 - "$MP" >"$WORK/llama.batch" <<'EOF'
@@ -570,11 +585,11 @@ do_devmem() {
 		method="the GPU's memory.used before and after the mount (pid not visible)"
 	fi
 	# Borrow mode imports nothing: the daemon's memory must stay ring + context.
-	"$BUILD/tools/placefs-stage" --mode borrow -q --all "$MP" | tail -n 1
+	last_line "$BUILD/tools/placefs-stage" --mode borrow -q --all "$MP"
 	if [ "$per_pid" -eq 1 ]; then after=$(gpu_mem_of "$DPID"); else after=$(($(gpu_used) - before)); fi
 	# Copy mode maps the client's destination (cudaIpcOpenMemHandle): the
 	# driver may count that mapping for the daemon too, so it is reported only.
-	"$BUILD/tools/placefs-stage" --mode copy -q --all "$MP" | tail -n 1
+	last_line "$BUILD/tools/placefs-stage" --mode copy -q --all "$MP"
 	if [ "$per_pid" -eq 1 ]; then copy=$(gpu_mem_of "$DPID"); else copy=$(($(gpu_used) - before)); fi
 	limit_mib=$(devmem_limit "$base" "$ring")
 	echo "method: $method"
@@ -704,7 +719,7 @@ do_slices() {
 		"prefetch +$((extra >> 20)) MiB; $now"
 }
 
-export -f B_MKCKPT fuse_ok is_mounted unmount mount_ckpt show_log stat_get expect_fail \
+export -f B_MKCKPT fuse_ok is_mounted unmount mount_ckpt show_log stat_get last_line expect_fail \
 	do_build do_unit do_ckpt do_seed do_ioctl do_wrap do_pressure do_concurrent do_llama \
 	gpu_mem_of gpu_used devmem_context devmem_limit devmem_watch do_devmem do_mount_stage \
 	do_python do_gpu_smoke do_slices
