@@ -866,7 +866,8 @@ static void cuda_ipc_dest_test(void)
  */
 static pthread_mutex_t fk_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fk_cond = PTHREAD_COND_INITIALIZER;
-static bool fk_go, fk_timed_out;
+static bool fk_go;               /* behind fk_lock */
+static atomic_bool fk_timed_out; /* read while the other threads run */
 static atomic_int fk_opens, fk_closes, fk_closing;
 static uint8_t fk_mem[3][4096];
 
@@ -888,7 +889,7 @@ static void fk_wait_go(void)
 		pthread_cond_timedwait(&fk_cond, &fk_lock, &ts);
 	}
 	if (!fk_go)
-		fk_timed_out = true;
+		atomic_store(&fk_timed_out, true);
 	pthread_mutex_unlock(&fk_lock);
 }
 
@@ -983,7 +984,7 @@ static struct placefs_backend *fk_backend(void)
 	ops.ring_to_device = fk_ring_to_device;
 	be->ops = &ops;
 	fk_go_set(false);
-	fk_timed_out = false;
+	atomic_store(&fk_timed_out, false);
 	atomic_store(&fk_opens, 0);
 	atomic_store(&fk_closes, 0);
 	atomic_store(&fk_closing, 0);
@@ -1017,14 +1018,14 @@ START_TEST(test_ipc_import_unlocked)
 	memset(fk_mem[0], 0, 256);
 	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), 0);
 	expect_pat(fk_mem[0], 256, 4);
-	ck_assert(!fk_timed_out);
+	ck_assert(!atomic_load(&fk_timed_out));
 	ck_assert_int_eq(a.rc, 1);
 	ck_assert_int_eq(b.rc, 1);
 
 	fk_go_set(true);
 	pthread_join(a.t, NULL);
 	pthread_join(b.t, NULL);
-	ck_assert(!fk_timed_out);
+	ck_assert(!atomic_load(&fk_timed_out));
 	ck_assert_int_eq(a.rc, 0);
 	ck_assert_int_eq(b.rc, 0);
 	expect_pat(fk_mem[1], 256, 4);
@@ -1092,12 +1093,12 @@ START_TEST(test_ipc_close_unlocked)
 	memset(fk_mem[0], 0, 256);
 	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &f, NULL), 0);
 	expect_pat(fk_mem[0], 256, 4);
-	ck_assert(!fk_timed_out);
+	ck_assert(!atomic_load(&fk_timed_out));
 	ck_assert_int_eq(atomic_load(&fk_closes), 0);
 
 	fk_go_set(true);
 	pthread_join(t, NULL);
-	ck_assert(!fk_timed_out);
+	ck_assert(!atomic_load(&fk_timed_out));
 	ck_assert_uint_eq(w.n, 1);
 	ck_assert_int_eq(atomic_load(&fk_closes), 1);
 	placefs_backend_free(be);
