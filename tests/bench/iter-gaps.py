@@ -15,12 +15,14 @@ ends with its CUDA IPC imports: how many, the time in them, and how many
 requests waited for another's import.
 
   python3 tests/bench/iter-gaps.py PLACEFS_BIN OPTS SOURCE MOUNTPOINT
-          [--rounds N] [--device D] [--window BYTES]
+          [--rounds N] [--device D] [--window BYTES] [--against PLACEFS_BIN2]
 
 OPTS: the mount's -o options (e.g. device=cuda:0, or device=host with
 --device cpu on a machine without a GPU). --window: iter_weights'
 window_bytes (default its own, 2 GiB: scale it with the checkpoint when the
 checkpoint is small, so that as few batches are in flight as on a large one).
+--against: a third way in each round, "against": the chunks way through
+another build of the daemon (an A/B of two commits on one machine).
 Prints one line per pass and the medians per way.
 """
 import argparse
@@ -37,8 +39,8 @@ import placefs  # noqa: E402
 from placefs import plan as _plan  # noqa: E402
 
 
-def mount(args):
-    subprocess.run([args.placefs, "-o", args.opts, args.source, args.mnt], check=True)
+def mount(args, binary=None):
+    subprocess.run([binary or args.placefs, "-o", args.opts, args.source, args.mnt], check=True)
 
 
 def umount(mnt):
@@ -63,7 +65,7 @@ def one(args, way, torch):
     if way == "whole":
         _plan.column_chunks = lambda mountpoint: None
     try:
-        mount(args)
+        mount(args, args.against if way == "against" else None)
         keep, nb = [], 0
         t0 = last = time.perf_counter()
         first, gap, at = None, 0.0, 0
@@ -87,7 +89,7 @@ def one(args, way, torch):
             umount(args.mnt)
     finally:
         _plan.column_chunks = real
-    print("%-6s %d items, %d bytes in %.3f s (%.2f GB/s); first item %.1f ms; longest pause "
+    print("%-7s %d items, %d bytes in %.3f s (%.2f GB/s); first item %.1f ms; longest pause "
           "%.1f ms, before item %d%s" % (way, i + 1, nb, dt, nb / dt / 1e9, first * 1e3,
                                          gap * 1e3, at, imp), flush=True)
     return dt, gap
@@ -102,6 +104,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--window", type=int, default=None)
+    ap.add_argument("--against", default=None)
     args = ap.parse_args()
     try:
         import torch
@@ -109,12 +112,13 @@ def main():
             torch.empty(1, device=args.device)  # a process that already has CUDA
     except ImportError:
         torch = None
-    res = {"chunks": [], "whole": []}
+    ways = ("chunks", "whole") + (("against",) if args.against else ())
+    res = {way: [] for way in ways}
     for _ in range(args.rounds):
-        for way in ("chunks", "whole"):
+        for way in ways:
             res[way].append(one(args, way, torch))
     for way, r in res.items():
-        print("median %-6s pass %.3f s, longest pause %.1f ms" % (
+        print("median %-7s pass %.3f s, longest pause %.1f ms" % (
             way, statistics.median(x[0] for x in r), statistics.median(x[1] for x in r) * 1e3))
 
 
