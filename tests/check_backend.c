@@ -924,6 +924,15 @@ static int fk_ring_to_device(struct placefs_backend *be, uint64_t ring_off, void
 	return be->ops->ring_to_host(be, ring_off, dptr, n, err);
 }
 
+/* Chunk i to "device memory" at dptr: synchronous, as the host backend's chunk copies. */
+static int fk_chunk_to_device(struct placefs_backend *be, unsigned i, void *dptr, uint64_t n,
+                              struct placefs_error *err)
+{
+	(void)err;
+	memcpy(dptr, be->host_buf + (uint64_t)i * be->info.chunk_bytes, n);
+	return 0;
+}
+
 static void fk_go_set(bool go)
 {
 	pthread_mutex_lock(&fk_lock);
@@ -982,6 +991,7 @@ static struct placefs_backend *fk_backend(void)
 	ops.ipc_open = fk_ipc_open;
 	ops.ipc_close = fk_ipc_close;
 	ops.ring_to_device = fk_ring_to_device;
+	ops.chunk_to_device = fk_chunk_to_device;
 	be->ops = &ops;
 	fk_go_set(false);
 	atomic_store(&fk_timed_out, false);
@@ -1113,6 +1123,8 @@ START_TEST(test_ipc_past_allocation)
 	struct placefs_error err;
 	struct placefs_dest d;
 	uint8_t h[PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES] = {'F'};
+	struct placefs_backend_target *t = NULL;
+	uint8_t *chunk;
 	uint64_t i;
 
 	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, sizeof(h), 3840, 8192, NULL), 0);
@@ -1127,6 +1139,23 @@ START_TEST(test_ipc_past_allocation)
 	ck_assert_int_eq(placefs_backend_copy_out(be, 0, 256, &d, NULL), -EINVAL);
 	for (i = 0; i < sizeof(fk_mem); i++)
 		ck_assert_uint_eq(((uint8_t *)fk_mem)[i], 0); /* nothing written anywhere */
+
+	/* Direct copies open a target: held to the allocation the same way. */
+	chunk = placefs_backend_chunk(be, 1);
+	for (i = 0; i < 256; i++)
+		chunk[i] = pat(i, 6);
+	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, sizeof(h), 3841, 8192, NULL), 0);
+	ck_assert_int_eq(placefs_backend_target_open(be, &d, 256, &t, NULL), -EINVAL);
+	ck_assert_ptr_null(t);
+	ck_assert_int_eq(placefs_dest_cuda_ipc(&d, h, sizeof(h), 3840, 8192, NULL), 0);
+	ck_assert_int_eq(placefs_backend_target_open(be, &d, 256, &t, NULL), 0);
+	ck_assert_int_eq(placefs_backend_chunk_to_target(be, 1, t, 3840, 256, NULL), 0);
+	ck_assert_int_eq(placefs_backend_chunk_to_target(be, 1, t, 3841, 256, NULL), -EINVAL);
+	placefs_backend_target_close(be, t);
+	expect_pat(fk_mem[0] + 3840, 256, 6);
+	for (i = 0; i < 3840; i++)
+		ck_assert_uint_eq(fk_mem[0][i], 0);
+
 	/* The import stays cached, unused: refused copies leave no reference behind. */
 	ck_assert_uint_eq(placefs_backend_dest_count(be), 1);
 	ck_assert_int_eq(atomic_load(&fk_opens), 1);
