@@ -2065,8 +2065,8 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 	placefs_stats_u64(w, "ndevices", fs->nst);
 	/* Every ring's counters added up (lib/stagers.h); per device below. */
 	placefs_stagers_stats(fs->ss, &s);
-	v.dests = placefs_stagers_dest_count(fs->ss);
 	placefs_stagers_dest_stats(fs->ss, &v.dest);
+	v.dests = (unsigned)v.dest.held;
 	pthread_mutex_lock((pthread_mutex_t *)&fs->lock);
 	v.waiting = fs->detached;
 	pthread_mutex_unlock((pthread_mutex_t *)&fs->lock);

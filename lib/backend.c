@@ -404,6 +404,14 @@ int placefs_dest_cuda_ipc(struct placefs_dest *d, const void *handle, size_t len
 	return 0;
 }
 
+/* Puts e at the head of the cache; lock held. */
+static void dest_attach(struct placefs_backend *be, struct placefs__dest_entry *e)
+{
+	e->next = be->dests;
+	be->dests = e;
+	be->ndests++;
+}
+
 /* Removes e from the cache list; lock held. */
 static void dest_detach(struct placefs_backend *be, struct placefs__dest_entry *e)
 {
@@ -517,17 +525,12 @@ void placefs_backend_dest_stats(const struct placefs_backend *cbe,
 	pthread_mutex_unlock(&be->dest_lock);
 }
 
-unsigned placefs_backend_dest_count(const struct placefs_backend *cbe)
+unsigned placefs_backend_dest_count(const struct placefs_backend *be)
 {
-	struct placefs_backend *be = (struct placefs_backend *)cbe;
-	unsigned n;
+	struct placefs_backend_dest_stats st;
 
-	if (!be)
-		return 0;
-	pthread_mutex_lock(&be->dest_lock);
-	n = be->ndests;
-	pthread_mutex_unlock(&be->dest_lock);
-	return n;
+	placefs_backend_dest_stats(be, &st);
+	return (unsigned)st.held;
 }
 
 /*
@@ -638,9 +641,7 @@ static int dest_get_shm(struct placefs_backend *be, const struct placefs_dest *d
 	/* Kept open: copies write through it, and its st_nlink tells when the owner unlinked it. */
 	e->fd = fd;
 	dest_ref(be, e, d->pid);
-	e->next = be->dests;
-	be->dests = e;
-	be->ndests++;
+	dest_attach(be, e);
 	pthread_mutex_unlock(&be->dest_lock);
 	dest_bury_all(be, grave);
 	*out = e;
@@ -729,9 +730,7 @@ static int dest_get_ipc(struct placefs_backend *be, const struct placefs_dest *d
 	}
 	e->pending = true;
 	e->refs = 1; /* neither evicted nor swept while pending */
-	e->next = be->dests;
-	be->dests = e;
-	be->ndests++;
+	dest_attach(be, e);
 	pthread_mutex_unlock(&be->dest_lock);
 	dest_bury_all(be, grave);
 	grave = NULL;

@@ -260,11 +260,10 @@ unsigned placefs_stagers_sweep(const struct placefs_stagers *s)
 
 unsigned placefs_stagers_dest_count(const struct placefs_stagers *s)
 {
-	unsigned i, n = 0;
+	struct placefs_backend_dest_stats st;
 
-	for (i = 0; i < s->n; i++)
-		n += placefs_backend_dest_count(placefs_stager_backend(s->st[i]));
-	return n;
+	placefs_stagers_dest_stats(s, &st);
+	return (unsigned)st.held;
 }
 
 void placefs_stagers_dest_stats(const struct placefs_stagers *s,

@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -865,7 +864,7 @@ static void cuda_ipc_dest_test(void)
  * 'X' makes the import fail.
  */
 static pthread_mutex_t fk_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t fk_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t fk_cond;   /* placefs_clock_cond_init() in fk_backend() */
 static bool fk_go;               /* behind fk_lock */
 static atomic_bool fk_timed_out; /* read while the other threads run */
 static atomic_int fk_opens, fk_closes, fk_closing;
@@ -874,20 +873,11 @@ static uint8_t fk_mem[3][4096];
 /* Waits until the test says go, for at most 5 s; notes a timeout. */
 static void fk_wait_go(void)
 {
-	uint64_t end = placefs_clock_ns() + 5000000000ULL;
+	uint64_t end = placefs_clock_ns() + 5000000000ULL, now;
 
 	pthread_mutex_lock(&fk_lock);
-	while (!fk_go && placefs_clock_ns() < end) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 10000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&fk_cond, &fk_lock, &ts);
-	}
+	while (!fk_go && (now = placefs_clock_ns()) < end)
+		placefs_clock_cond_wait_ns(&fk_cond, &fk_lock, end - now);
 	if (!fk_go)
 		atomic_store(&fk_timed_out, true);
 	pthread_mutex_unlock(&fk_lock);
@@ -993,6 +983,7 @@ static struct placefs_backend *fk_backend(void)
 	ops.ring_to_device = fk_ring_to_device;
 	ops.chunk_to_device = fk_chunk_to_device;
 	be->ops = &ops;
+	ck_assert_int_eq(placefs_clock_cond_init(&fk_cond), 0); /* nobody waits on it yet */
 	fk_go_set(false);
 	atomic_store(&fk_timed_out, false);
 	atomic_store(&fk_opens, 0);

@@ -95,6 +95,18 @@ static void copy_init(struct placefs_ioc_stage *s, const char *shm, uint64_t off
 	s->dest_size = size;
 }
 
+/* copy_init() for a CUDA IPC destination: the 64-byte handle h. */
+static void ipc_copy_init(struct placefs_ioc_stage *s, const uint8_t *h, uint64_t off,
+                          uint64_t size)
+{
+	stage_init(s, PLACEFS_IOC_STAGE_COPY);
+	s->dest_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
+	s->dest_handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
+	memcpy(s->dest_handle, h, PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES);
+	s->dest_offset = off;
+	s->dest_size = size;
+}
+
 static void release_init(struct placefs_ioc_release *r, uint64_t lease)
 {
 	memset(r, 0, sizeof(*r));
@@ -141,21 +153,11 @@ static void cuda_past_allocation(int fd, int32_t device, uint64_t n)
 		      err.msg);
 		return;
 	}
-	stage_init(&s, PLACEFS_IOC_STAGE_COPY);
-	s.dest_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
-	s.dest_handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
-	memcpy(s.dest_handle, h, sizeof(h));
-	s.dest_size = bytes * 2; /* the client's word */
-	s.dest_offset = bytes - n + 4096;
+	ipc_copy_init(&s, h, bytes - n + 4096, bytes * 2); /* the size: the client's word */
 	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy past the end of the CUDA allocation");
 	s.dest_offset = bytes + 4096;
 	expect(fd, PLACEFS_IOC_STAGE, &s, EINVAL, "copy wholly past the CUDA allocation");
-	stage_init(&s, PLACEFS_IOC_STAGE_COPY);
-	s.dest_kind = PLACEFS_IOC_HANDLE_CUDA_IPC;
-	s.dest_handle_bytes = PLACEFS_IOC_CUDA_IPC_HANDLE_BYTES;
-	memcpy(s.dest_handle, h, sizeof(h));
-	s.dest_size = bytes;
-	s.dest_offset = bytes - n;
+	ipc_copy_init(&s, h, bytes - n, bytes);
 	expect(fd, PLACEFS_IOC_STAGE, &s, 0, "copy that ends at the allocation's last byte");
 	/* The copy that was let through wrote the tensor's bytes there. */
 	tail = malloc(n ? n : 1);
