@@ -15,16 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "clock.h"
-#include "fill.h"
-#include "gate.h"
+#include "staging/backend.h"
+#include "common/clock.h"
+#include "staging/fill.h"
+#include "staging/gate.h"
 #include "ioctl.h"
 #include "log.h"
-#include "size.h"
-#include "slice.h"
-#include "stage.h"
-#include "stagers.h"
+#include "common/size.h"
+#include "common/slice.h"
+#include "staging/stage.h"
+#include "staging/stagers.h"
 #include "stats.h"
 
 /* GPU tensors handed to the prefetcher after each stage, and when to hand on more. */
@@ -2022,7 +2022,7 @@ static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 	                    (const void *const[]){&b});
 }
 
-/* staging.disk: the disk gate's counters (lib/gate.h); streams 0 when there is none. */
+/* staging.disk: the disk gate's counters (lib/staging/gate.h); streams 0 when there is none. */
 #define DISK(path, kind, member) PLACEFS_STAT(path, kind, 0, struct placefs_gate_stats, member)
 
 static const struct placefs_stat disk_rows[] = {
@@ -2063,7 +2063,7 @@ void placefs_ioctl_stats(const struct placefs_ioctl *fs, struct placefs_stats *w
 	}
 	placefs_stats_string(w, "backend", placefs_device_kind_name(fs->info.device.kind));
 	placefs_stats_u64(w, "ndevices", fs->nst);
-	/* Every ring's counters added up (lib/stagers.h); per device below. */
+	/* Every ring's counters added up (lib/staging/stagers.h); per device below. */
 	placefs_stagers_stats(fs->ss, &s);
 	placefs_stagers_dest_stats(fs->ss, &v.dest);
 	v.dests = (unsigned)v.dest.held;

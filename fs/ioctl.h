@@ -2,7 +2,7 @@
 /*
  * ioctl: the daemon's staging glue: the ioctls of <placefs/ioctl.h>.
  *
- * It owns the mount's stager (lib/stage.h), answers RING_INFO, STAGE and
+ * It owns the mount's stager (lib/staging/stage.h), answers RING_INFO, STAGE and
  * RELEASE on tensor files, ends a file handle's leases when the handle is
  * released, hints the stager's prefetch with the GPU-placed tensors that
  * follow the one just staged, and writes the "staging" member of
@@ -35,7 +35,7 @@
 #ifndef PLACEFS_FS_IOCTL_H
 #define PLACEFS_FS_IOCTL_H
 
-#include "error.h"
+#include "common/error.h"
 #include "mount.h"
 
 struct placefs_ioctl;

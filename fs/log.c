@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "log.h"
 
 /* Written once before the session loop starts its threads, read afterwards. */

@@ -43,17 +43,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "error.h"
-#include "io.h"
+#include "staging/backend.h"
+#include "common/error.h"
+#include "common/io.h"
 #include "ioctl.h"
 #include "log.h"
 #include "mount.h"
 #include "ops.h"
 #include "opts.h"
 #include "push.h"
-#include "safetensors.h"
-#include "size.h"
+#include "format/safetensors.h"
+#include "common/size.h"
 
 static void log_summary(const struct placefs_mount *m, const struct placefs_opts *o)
 {

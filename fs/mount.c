@@ -12,8 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "io.h"
+#include "common/clock.h"
+#include "common/io.h"
 #include "log.h"
 #include "mount.h"
 #include "stats.h"

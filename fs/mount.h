@@ -42,11 +42,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ckpt.h"
-#include "error.h"
+#include "model/ckpt.h"
+#include "common/error.h"
 #include "opts.h"
-#include "plan.h"
-#include "view.h"
+#include "model/plan.h"
+#include "model/view.h"
 #include "vtree.h"
 
 #define PLACEFS_SHARD_QUIET_NS  (1000ULL * 1000 * 1000)
@@ -76,7 +76,7 @@ struct placefs_counters {
 #define PLACEFS_AUX_MAX 4096
 
 /*
- * An aux file of the views (lib/view.h: a top-level file of the source
+ * An aux file of the views (lib/model/view.h: a top-level file of the source
  * that is no shard or index), opened at mount beneath the source directory
  * as shards are (placefs_ckpt_open_file()), validated as a regular file.
  */
@@ -138,7 +138,7 @@ struct placefs_mount {
 	struct placefs_xattr_set *_Atomic *xattrs;
 	size_t nxattrs;
 
-	/* The views (lib/view.h) and their aux files, made by placefs_mount_init(). */
+	/* The views (lib/model/view.h) and their aux files, made by placefs_mount_init(). */
 	struct placefs_view *views[PLACEFS_VIEW_KINDS];
 	struct placefs_aux_file *aux; /* naux, sorted by name */
 	size_t naux;

@@ -11,11 +11,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "io.h"
+#include "common/io.h"
 #include "ioctl.h"
 #include "log.h"
 #include "mount.h"
-#include "name.h"
+#include "common/name.h"
 #include "ops.h"
 #include "push.h"
 #include "stats.h"
@@ -571,7 +571,7 @@ fail:
 #define VIEW_IOV_MAX 64
 
 /*
- * Serves [off, off + size) of view file `node` (lib/view.h's segment map):
+ * Serves [off, off + size) of view file `node` (lib/model/view.h's segment map):
  * the header from memory, the payload from the shard as read_tensor() does
  * (one writev from the shard's mapping in read_mode=mmap, else pread into
  * the thread's buffer), after the same shard check.

@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "gate.h"
+#include "staging/backend.h"
+#include "staging/gate.h"
 #include "opts.h"
-#include "plan.h"
-#include "size.h"
+#include "model/plan.h"
+#include "common/size.h"
 
 /* Raw option values, validated once the whole command line has been seen. */
 struct parse_ctx {
@@ -277,7 +277,7 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 }
 
 /*
- * lib/device.h's list grammar (cuda:N, cuda:N,cuda:M,..., cuda:all, host,
+ * lib/common/device.h's list grammar (cuda:N, cuda:N,cuda:M,..., cuda:all, host,
  * host:N,..., none), parsed here once.
  */
 static int parse_device(const char *text, struct placefs_opts *o, struct placefs_error *err)
@@ -344,7 +344,7 @@ static int absolutize(const char *path, char **out)
 }
 
 /*
- * A size as the size grammar (lib/size.h) reads it back, short: the largest
+ * A size as the size grammar (lib/common/size.h) reads it back, short: the largest
  * binary suffix that divides it exactly (64M) or the largest decimal one
  * (64MB), whichever is shorter (binary on a tie), else the bytes.
  */

@@ -23,8 +23,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "device.h"
-#include "error.h"
+#include "common/device.h"
+#include "common/error.h"
 
 #define PLACEFS_PUSH_THREADS     0 /* page-cache pushers (fs/push.h) unless -o push_threads= */
 #define PLACEFS_PUSH_THREADS_MAX 64
@@ -80,22 +80,22 @@ struct placefs_opts {
 	uint64_t limit;
 	const char *limit_origin; /* "-o buffer_size" or "INSTANTTENSOR_BUFFER_SIZE" */
 	/*
-	 * -o device=, parsed once (lib/device.h). device_auto: not given, so
+	 * -o device=, parsed once (lib/common/device.h). device_auto: not given, so
 	 * staging goes to cuda:0 when a CUDA device is present, else is off.
 	 */
 	struct placefs_device device;
 	int device_auto;
 	/*
 	 * The whole -o device= list (cuda:0,cuda:1 / cuda:all / host:0,host:1):
-	 * one stager per item (lib/stagers.h). `device` is its first item
+	 * one stager per item (lib/staging/stagers.h). `device` is its first item
 	 * (cuda:0 for cuda:all), so code asking "staging or not" reads it.
 	 */
 	struct placefs_devices devices;
-	uint64_t host_buffer;  /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
-	uint64_t ring_size;    /* -o ring_size=, bytes; 0 = the plan's own ring (lib/plan.h) */
-	int prefetch;          /* 1 unless -o noprefetch */
-	int zero_copy;         /* -o zero_copy=: 0 not given (the stager default), 1 on, -1 off */
-	int direct_copy;       /* -o direct_copy=: 0 not given (the stager default), 1 on, -1 off */
+	uint64_t host_buffer; /* -o host_buffer=, bytes; 0 = PLACEFS_HOST_BUFFER_DEFAULT */
+	uint64_t ring_size;   /* -o ring_size=, bytes; 0 = the plan's own ring (lib/model/plan.h) */
+	int prefetch;         /* 1 unless -o noprefetch */
+	int zero_copy;        /* -o zero_copy=: 0 not given (the stager default), 1 on, -1 off */
+	int direct_copy;      /* -o direct_copy=: 0 not given (the stager default), 1 on, -1 off */
 	unsigned push_threads; /* -o push_threads=, PLACEFS_PUSH_THREADS unless given; 0 = off */
 	unsigned disk_streams; /* -o disk_streams=; 0 = no gate */
 	enum placefs_read_mode read_mode;
@@ -121,7 +121,7 @@ struct placefs_opts {
 
 /*
  * Parses argv into o (which the caller zeroes first) and validates every
- * value: sizes through lib/size.h, the device, the read mode, the
+ * value: sizes through lib/common/size.h, the device, the read mode, the
  * positionals (exactly two unless -h/-V), that MOUNTPOINT is a directory.
  * Returns 0 or a negative errno with a message (kind PLACEFS_E_USAGE, or
  * PLACEFS_E_LIMIT for a bad size). The checkpoint itself is not opened here.
@@ -139,7 +139,7 @@ void placefs_opts_release(struct placefs_opts *o);
  *   placefs:SOURCE,buffer_size=LIMIT,prefixes=N     (with N -o prefix= options)
  *
  * SOURCE as given, LIMIT the staging limit from -o buffer_size or
- * INSTANTTENSOR_BUFFER_SIZE in the size grammar (lib/size.h), exact and
+ * INSTANTTENSOR_BUFFER_SIZE in the size grammar (lib/common/size.h), exact and
  * short. The kernel shows it as given except for space, tab, newline and
  * backslash (octal escapes, as in every /proc/mounts field); its limit is
  * one page (mount(2)). The options come last, from the last

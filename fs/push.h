@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "common/error.h"
 
 struct placefs_mount;
 struct placefs_stats;

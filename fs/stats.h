@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "strbuf.h"
+#include "common/strbuf.h"
 
 #define PLACEFS_STATS_DEPTH 8
 

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/xattr.h>
 
-#include "clock.h"
-#include "strbuf.h"
+#include "common/clock.h"
+#include "common/strbuf.h"
 #include "vtree.h"
 
 /* Who may read a shard, as its tensor files show it. */

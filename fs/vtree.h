@@ -10,7 +10,7 @@
  *   /.placefs/stats            live counters (generated at open)
  *   /.placefs/metadata.json    each shard's __metadata__
  *   /.placefs/by-placement/{gpu,cpu}/<fname>  symlink -> ../../../<fname>
- *   /.placefs/views/                   model-directory views (lib/view.h)
+ *   /.placefs/views/                   model-directory views (lib/model/view.h)
  *   /.placefs/views/{all,gpu,cpu}/     one loadable model directory each:
  *       <aux>                          each top-level file of the source that
  *                                      is no shard or index (config.json...),
@@ -43,10 +43,10 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "ckpt.h"
-#include "error.h"
-#include "plan.h"
-#include "view.h"
+#include "model/ckpt.h"
+#include "common/error.h"
+#include "model/plan.h"
+#include "model/view.h"
 
 enum {
 	PLACEFS_INO_ROOT = 1, /* FUSE_ROOT_ID */
@@ -75,7 +75,7 @@ enum placefs_vkind {
 	PLACEFS_V_FILE,       /* control file with fixed content */
 	PLACEFS_V_STATS,      /* control file generated at each open */
 	PLACEFS_V_LINK,       /* by-placement symlink to plan entry `entry` */
-	PLACEFS_V_VIEW_SHARD, /* file `entry` of view `view` (lib/view.h) */
+	PLACEFS_V_VIEW_SHARD, /* file `entry` of view `view` (lib/model/view.h) */
 	PLACEFS_V_VIEW_INDEX, /* the index of view `view` */
 	PLACEFS_V_AUX,        /* aux file `entry` (struct placefs_vtree_views) */
 };

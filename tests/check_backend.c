@@ -18,9 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "backend_i.h" /* placefs__shm_random, to force name collisions */
-#include "clock.h"
+#include "staging/backend.h"
+#include "staging/backend_i.h" /* placefs__shm_random, to force name collisions */
+#include "common/clock.h"
 #include "testutil.h"
 
 static uint8_t pat(uint64_t i, unsigned seed)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for lib/ckpt.c: sources, shards, the index rules and change detection. */
+/* Unit tests for lib/model/ckpt.c: sources, shards, the index rules and change detection. */
 #include "config.h"
 
 #include <check.h>
@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "strbuf.h"
-#include "stwrite.h"
+#include "model/ckpt.h"
+#include "common/strbuf.h"
+#include "format/stwrite.h"
 #include "testutil.h"
 
 static char *tmpdir;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_client: lib/client.c without a mount. Destinations and ring
+ * check_client: lib/client/client.c without a mount. Destinations and ring
  * mappings are made for real (shm objects; a host backend's own ring), the
  * ioctls are shown to refuse files that are not placefs tensors, and the
  * CUDA calls to answer as the build and the machine allow. The protocol
@@ -19,8 +19,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "devmem.h"
+#include "staging/backend.h"
+#include "client/devmem.h"
 #include "placefs/client.h"
 #include "testutil.h"
 

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "testutil.h"
 
 #define MS (1000000ULL)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for lib/device.c: the staging device grammar, checks and names. */
+/* Unit tests for lib/common/device.c: the staging device grammar, checks and names. */
 #include "config.h"
 
 #include <check.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "common/device.h"
 #include "testutil.h"
 
 START_TEST(test_parse)

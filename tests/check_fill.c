@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_fill: lib/fill.c. Copies from real files (tmpfs /dev/shm when it is
+ * check_fill: lib/staging/fill.c. Copies from real files (tmpfs /dev/shm when it is
  * there, and the test's directory) into shared-memory objects, by every
  * method and thread count, compared byte for byte with the source; a source
  * that ends early, a destination that cannot take the bytes, cancel and
@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "fill.h"
-#include "io.h"
+#include "common/clock.h"
+#include "staging/fill.h"
+#include "common/io.h"
 #include "testutil.h"
 
 #define KiB (1ULL << 10)

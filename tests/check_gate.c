@@ -12,7 +12,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "gate.h"
+#include "staging/gate.h"
 #include "testutil.h"
 
 #define TMPFS_MAGIC_ 0x01021994

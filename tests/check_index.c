@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "index.h"
-#include "strbuf.h"
+#include "format/index.h"
+#include "common/strbuf.h"
 #include "testutil.h"
 
 #define INDEX_NAME "model.safetensors.index.json"

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io.h"
+#include "common/io.h"
 #include "testutil.h"
 
 static char *tmpdir;

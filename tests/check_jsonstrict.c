@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonstrict_i.h"
-#include "strbuf.h"
+#include "format/jsonstrict_i.h"
+#include "common/strbuf.h"
 #include "testutil.h"
 
 /*

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "name.h"
+#include "common/name.h"
 #include "testutil.h"
 
 static void enc_is(const char *name, const char *want)

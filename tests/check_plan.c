@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "name.h"
-#include "plan.h"
+#include "common/clock.h"
+#include "common/name.h"
+#include "model/plan.h"
 #include "testutil.h"
 
 #define MiB (1ULL << 20)
@@ -727,7 +727,7 @@ END_TEST
 
 /*
  * Each tensor's "filename" is its file's name in the mount, encoded as
- * lib/name.h says, so that a client never encodes a name itself.
+ * lib/common/name.h says, so that a client never encodes a name itself.
  */
 START_TEST(test_json_filename)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "progress.h"
+#include "common/progress.h"
 #include "testutil.h"
 
 #define S  1000000000ULL

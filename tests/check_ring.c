@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "ring.h"
+#include "common/clock.h"
+#include "staging/ring.h"
 #include "testutil.h"
 
 static struct placefs_ring *mk(uint64_t cap, uint64_t align)

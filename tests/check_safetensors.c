@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dtype.h"
-#include "safetensors.h"
-#include "strbuf.h"
+#include "common/dtype.h"
+#include "format/safetensors.h"
+#include "common/strbuf.h"
 #include "testutil.h"
 
 #define FILE_NAME "x.safetensors"

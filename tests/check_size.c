@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "size.h"
+#include "common/size.h"
 #include "testutil.h"
 
 #define ENV "INSTANTTENSOR_BUFFER_SIZE"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for lib/slice.c: slice layouts against a naive bit-level
+ * Unit tests for lib/common/slice.c: slice layouts against a naive bit-level
  * reference, exhaustively over small shapes and every element width, and
  * the hand-built layout checks.
  */
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "slice.h"
+#include "common/slice.h"
 #include "testutil.h"
 
 /*

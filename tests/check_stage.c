@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "stage.h"
+#include "common/clock.h"
+#include "staging/stage.h"
 #include "testutil.h"
 
 #define MiB (1ULL << 20)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for lib/stagers.c: one stager per device, with host rings
+ * Unit tests for lib/staging/stagers.c: one stager per device, with host rings
  * standing in for the devices of a node (host:0,host:1,...): each its own
  * bounded ring, concurrent stages to different devices, routing, the wrong
  * device refused, leases that find their device again, stats per device and
@@ -21,9 +21,9 @@
 
 #include <sys/wait.h>
 
-#include "clock.h"
-#include "devmem.h"
-#include "stagers.h"
+#include "common/clock.h"
+#include "client/devmem.h"
+#include "staging/stagers.h"
 #include "testutil.h"
 
 #define MiB (1ULL << 20)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strbuf.h"
+#include "common/strbuf.h"
 #include "testutil.h"
 
 START_TEST(test_init_empty)

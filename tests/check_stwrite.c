@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for lib/stwrite.c: the synthetic safetensors writer. */
+/* Unit tests for lib/format/stwrite.c: the synthetic safetensors writer. */
 #include "config.h"
 
 #include <check.h>
@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
-#include "stwrite.h"
+#include "format/safetensors.h"
+#include "format/stwrite.h"
 #include "testutil.h"
 
 static char *tmpdir;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for lib/view.c: views over synthetic checkpoints (lib/stwrite),
+ * Unit tests for lib/model/view.c: views over synthetic checkpoints (lib/stwrite),
  * every generated file validated with the project's reference-rules parser
  * (lib/safetensors, the file's size included) and compared byte for byte
  * with the source; the segment maps, padding, metadata, the index, empty
@@ -19,15 +19,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "index.h"
-#include "io.h"
-#include "plan.h"
-#include "safetensors.h"
-#include "strbuf.h"
-#include "stwrite.h"
+#include "model/ckpt.h"
+#include "format/index.h"
+#include "common/io.h"
+#include "model/plan.h"
+#include "format/safetensors.h"
+#include "common/strbuf.h"
+#include "format/stwrite.h"
 #include "testutil.h"
-#include "view.h"
+#include "model/view.h"
 
 static char *tmpdir;
 

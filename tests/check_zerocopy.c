@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_zerocopy: lib/zerocopy.c without a GPU. The host backend has no
+ * check_zerocopy: lib/staging/zerocopy.c without a GPU. The host backend has no
  * zero-copy, and the registry says so; its bookkeeping (lookup by file,
  * uses, the cap, refusals, staleness, unregistering, counters, concurrent
  * first use) is driven through placefs_zerocopy_create_ops() with a device
@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "staging/backend.h"
 #include "testutil.h"
-#include "zerocopy.h"
+#include "staging/zerocopy.h"
 
 #define KiB (1ULL << 10)
 #define MiB (1ULL << 20)
@@ -180,7 +180,7 @@ static void touch_later(const char *path)
 }
 
 /*
- * One registry for two devices (lib/stagers.h): a shard registered once
+ * One registry for two devices (lib/staging/stagers.h): a shard registered once
  * (by the first device's context) is copied into either device's ring, and
  * counted once.
  */

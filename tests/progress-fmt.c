@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "progress.h"
+#include "common/progress.h"
 
 static int one(const char *label, const char *done, const char *total, const char *ns,
                const char *final)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# progress-tty: the progress bars (lib/progress.h, python/placefs/_progress.py).
+# progress-tty: the progress bars (lib/common/progress.h, python/placefs/_progress.py).
 #   - the Python bar formats every line exactly as the C one (3000 cases
 #     through tests/progress-fmt), draws at most every 0.1 s, is thread-safe
 #     and writes nothing when disabled or not on a terminal;

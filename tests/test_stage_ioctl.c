@@ -41,7 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "devmem.h" /* device memory of our own, for a CUDA IPC destination */
+#include "client/devmem.h" /* device memory of our own, for a CUDA IPC destination */
 #include "placefs/client.h"
 
 static int checks, failures;

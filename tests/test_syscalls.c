@@ -29,7 +29,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "io.h"
+#include "common/io.h"
 
 static unsigned long checks, failures;
 static const char *mnt, *source;
@@ -110,7 +110,7 @@ static char *get_xattr(const char *path, const char *name)
 	return v;
 }
 
-/* The whole range unless EOF comes first (lib/io.h); *got is what was read. */
+/* The whole range unless EOF comes first (lib/common/io.h); *got is what was read. */
 static int read_all_at(int fd, void *buf, size_t len, off_t off, size_t *got)
 {
 	ssize_t r = placefs_io_pread_full(fd, buf, len, (uint64_t)off);

@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "io.h"
-#include "safetensors.h"
+#include "common/error.h"
+#include "common/io.h"
+#include "format/safetensors.h"
 
 static int check_file(const char *path)
 {

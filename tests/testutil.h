@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device.h"
-#include "error.h"
+#include "common/device.h"
+#include "common/error.h"
 
 /*
  * The whole of a Check program's main(): runs every test of s in a new
@@ -42,7 +42,7 @@ void tu_write_text(const char *path, const char *text);
 uint8_t *tu_st_image(const char *json, uint64_t data_len, size_t *len);
 /* Same, written to a file. */
 void tu_st_write(const char *path, const char *json, uint64_t data_len);
-/* The device spec (lib/device.h grammar) as a value; fails the test if it does not parse. */
+/* The device spec (lib/common/device.h grammar) as a value; fails the test if it does not parse. */
 struct placefs_device tu_device(const char *spec);
 /* Reads a whole file into a malloc'd buffer; *len gets its size. */
 uint8_t *tu_read_file(const char *path, size_t *len);

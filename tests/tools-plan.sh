@@ -486,7 +486,7 @@ err_has "encoded file name is 300 bytes"
 "$MK" -q --tensor a/b:U8:1 --tensor '.x%':U8:2 --tensor 'q"uote\':U8:3 "$T/odd.safetensors"
 expect 0 "$PLAN" --json "$T/odd.safetensors"
 pyjson "assert [t['name'] for t in d['tensors']] == ['a/b', '.x%', 'q\"uote\\\\'], d"
-# Each tensor's "filename" is its file's name in the mount (lib/name.h's
+# Each tensor's "filename" is its file's name in the mount (lib/common/name.h's
 # encoding), so that no client encodes names itself.
 pyjson "assert [t['filename'] for t in d['tensors']] == ['a%2Fb', '%2Ex%25', 'q\"uote\\\\'], d"
 out_has '{"name": "a/b", "filename": "a%2Fb", "file": "odd.safetensors", '

@@ -17,13 +17,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dtype.h"
-#include "error.h"
-#include "io.h"
-#include "safetensors.h"
-#include "size.h"
-#include "strbuf.h"
-#include "stwrite.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/io.h"
+#include "format/safetensors.h"
+#include "common/size.h"
+#include "common/strbuf.h"
+#include "format/stwrite.h"
 
 #define PROG "placefs-mkckpt"
 

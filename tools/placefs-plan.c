@@ -14,12 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "error.h"
-#include "io.h"
-#include "plan.h"
-#include "size.h"
-#include "strbuf.h"
+#include "model/ckpt.h"
+#include "common/error.h"
+#include "common/io.h"
+#include "model/plan.h"
+#include "common/size.h"
+#include "common/strbuf.h"
 
 #define PROG "placefs-plan"
 

@@ -25,11 +25,11 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "io.h"
+#include "common/clock.h"
+#include "common/io.h"
 #include "placefs/client.h"
-#include "progress.h"
-#include "size.h"
+#include "common/progress.h"
+#include "common/size.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -129,7 +129,7 @@ static void usage(FILE *f)
 }
 
 /*
- * The progress bar on stderr (lib/progress.h: bytes, rate, ETA), drawn only
+ * The progress bar on stderr (lib/common/progress.h: bytes, rate, ETA), drawn only
  * when stderr is a terminal; NULL until the files are known.
  */
 static struct placefs_progress *bar;

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""A thread-safe progress bar with the layout of the C tools' (lib/progress.h).
+"""A thread-safe progress bar with the layout of the C tools' (lib/common/progress.h).
 
     [LABEL ][####################]  PCT%  DONE/TOTAL  RATE/s  ETA M:SS   (running)
     ...                                                      in M:SS    (final line)
@@ -27,7 +27,7 @@ _U64 = (1 << 64) - 1
 
 
 def format_size(n):
-    """Bytes for humans, exactly as lib/size.c's placefs_size_format()."""
+    """Bytes for humans, exactly as lib/common/size.c's placefs_size_format()."""
     n = max(0, min(int(n), _U64))
     u = 0
     while u + 1 < len(_UNITS) and (n >> (10 * (u + 1))) != 0:

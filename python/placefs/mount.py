@@ -226,7 +226,7 @@ class Mount:
     read when first needed: `tensors`, `plan`, `source`, `buffer_size` and
     `ring_bytes`, the loaders, and a name not found the quick way. The quick
     way: tensor(name), path(name), borrow(name) and stage_into(name) of a
-    name the daemon uses as its file name as it is (lib/name.h keeps printable
+    name the daemon uses as its file name as it is (lib/common/name.h keeps printable
     ASCII without '%' and '/' and not starting with '.') read that file's
     user.placefs.* attributes, a few round trips to the daemon, instead of a
     plan of tens of thousands of tensors. A malformed plan is reported when it

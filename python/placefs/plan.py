@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: MIT
 """A mount's plan: the tensors it selects, their files and their placement.
 
-The daemon writes the plan twice (lib/plan.c; the keys are listed in
+The daemon writes the plan twice (lib/model/plan.c; the keys are listed in
 doc/placefs-plan.1): .placefs/plan.json, one object per tensor, and
 .placefs/columns.json, the same entries as one array per field, which parses
 several times faster and makes no object per tensor (a mixture of experts has
 tens of thousands). Plan reads columns.json, or plan.json from a daemon older
 than it. Each tensor names its source shard ("file"), dtype, shape, nbytes,
 offset and placement, and the name of its file on the mount (FILE_NAME_KEY):
-the daemon encodes names that cannot be file names (lib/name.h) and says the
+the daemon encodes names that cannot be file names (lib/common/name.h) and says the
 result, so this module does not encode names itself.
 """
 
@@ -167,7 +167,7 @@ _XATTRS = ("name", "source", "dtype", "shape", "nbytes", "offset", "placement", 
 
 
 def _plain(name):
-    """Whether the daemon's file name of `name` is `name` itself (lib/name.h)."""
+    """Whether the daemon's file name of `name` is `name` itself (lib/common/name.h)."""
     return (isinstance(name, str) and 0 < len(name) <= 255 and name[0] != "." and
             name.isascii() and name.isprintable() and "%" not in name and "/" not in name)
 

@@ -35,7 +35,7 @@ import struct
 
 HEADER_MAX = 100_000_000
 
-# Bits per element of each dtype of the current specification (lib/dtype.c).
+# Bits per element of each dtype of the current specification (lib/common/dtype.c).
 DTYPE_BITS = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
     "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,

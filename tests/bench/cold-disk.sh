@@ -16,7 +16,7 @@
 #     against the daemon's reads, each from a cold cache).
 # Every placefs figure is printed with its ratio to the O_DIRECT reader and
 # to dd. --streams "0 2" repeats each limit's rows per -o disk_streams value
-# (lib/gate.h; default: the daemon's default only). Needs root (drop_caches); the loader rows need torch, and a CUDA
+# (lib/staging/gate.h; default: the daemon's default only). Needs root (drop_caches); the loader rows need torch, and a CUDA
 # build and a GPU unless BENCH_DEVICE=host (then into host memory, --device
 # cpu: the development machine's stand-in).
 #

@@ -22,9 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "io.h"
-#include "stage.h"
+#include "common/clock.h"
+#include "common/io.h"
+#include "staging/stage.h"
 
 static struct placefs_device dev = {PLACEFS_DEVICE_HOST, -1};
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 

@@ -5,15 +5,15 @@
  * Fuzz target: model.safetensors.index.json text through
  * placefs_index_parse(). An index that parses must be sorted and
  * self-consistent, and every shard path must be safe to join to the
- * checkpoint directory (checked here independently of lib/index.c).
+ * checkpoint directory (checked here independently of lib/format/index.c).
  */
 
 #include <stdbool.h>
 
 #include "fuzz.h"
-#include "index.h"
+#include "format/index.h"
 
-/* The shard path rule of lib/index.h, written again from the contract. */
+/* The shard path rule of lib/format/index.h, written again from the contract. */
 static bool shard_path_ok(const char *p)
 {
 	const char *c = p;

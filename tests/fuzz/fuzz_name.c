@@ -2,7 +2,7 @@
 #include "config.h"
 
 /*
- * Fuzz target: tensor name <-> file name (lib/name.h). The input is used both
+ * Fuzz target: tensor name <-> file name (lib/common/name.h). The input is used both
  * as a tensor name and as a file name: encoding is checked against the
  * contract byte by byte, decode(encode(x)) must give x back, and a file name
  * that decodes must be exactly what the encoder writes for the result (the
@@ -12,10 +12,10 @@
 #include <errno.h>
 
 #include "fuzz.h"
-#include "name.h"
+#include "common/name.h"
 
 /*
- * The encoding of lib/name.h, written again from the contract. Returns 0, or
+ * The encoding of lib/common/name.h, written again from the contract. Returns 0, or
  * the refusals that apply: ORACLE_EINVAL (empty, control character) and/or
  * ORACLE_ETOOLONG (encoded length over PLACEFS_NAME_MAX). When both apply the
  * contract does not say which errno wins, so either is accepted.

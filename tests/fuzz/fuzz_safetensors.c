@@ -10,9 +10,9 @@
 
 #include <stdbool.h>
 
-#include "dtype.h"
+#include "common/dtype.h"
 #include "fuzz.h"
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 static int name_cmp(const void *a, const void *b)
 {

@@ -3,14 +3,14 @@
 
 /*
  * Fuzz target: placefs_size_parse() against a second, independent reading of
- * the grammar in lib/size.h (the oracle below), plus placefs_size_format()
+ * the grammar in lib/common/size.h (the oracle below), plus placefs_size_format()
  * into buffers of every small size.
  */
 
 #include <errno.h>
 
 #include "fuzz.h"
-#include "size.h"
+#include "common/size.h"
 
 /*
  * The oracle: 0 and *out, -EINVAL when the text is not in the grammar or is

@@ -30,7 +30,7 @@ def main(mnt, source, limit):
     lt.check(ri.handle_kind == placefs.HANDLE_CUDA_IPC and len(ri.handle) == 64,
              "CUDA ring handle %r" % ri)
     # gpu-smoke.sh mounts without -o host_buffer: a CUDA ring's default, 128 MiB
-    # (lib/backend.h), as 32 chunks of 4 MiB.
+    # (lib/staging/backend.h), as 32 chunks of 4 MiB.
     lt.check(ri.host_buffer_bytes == 128 << 20, "default host_buffer with cuda: %r" % ri)
     st = json.load(open(os.path.join(mnt, ".placefs", "stats")))["staging"]
     lt.check(st["chunk_bytes"] == 4 << 20 and st["host_buffer_bytes"] == 128 << 20,

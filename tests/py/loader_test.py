@@ -1061,7 +1061,7 @@ def wrapfull(mnt, source):
     """A full ring: a stage times out, and fits once a lease is released.
 
     Run last on its mount: it also covers the daemon's promise that
-    prefetched spans never keep a foreground stage waiting (lib/stage.h).
+    prefetched spans never keep a foreground stage waiting (lib/staging/stage.h).
     """
     ref = reference(source)
     m = placefs.Mount(mnt)
@@ -1080,7 +1080,7 @@ def wrapfull(mnt, source):
         b3 = m.borrow(names[2], timeout_ns=5 * 1000 * 1000 * 1000)
     except OSError as e:
         check(False, "a 4 MiB stage with 4 MiB of the 8 MiB ring free (one lease released) "
-              "failed: %s; lib/stage.h promises that prefetched spans never keep a foreground "
+              "failed: %s; lib/staging/stage.h promises that prefetched spans never keep a foreground "
               "stage waiting" % e)
     else:
         with b3:

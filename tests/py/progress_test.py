@@ -56,7 +56,7 @@ def same(fmt):
         label = "" if c[0] == "-" else c[0]
         py = format_line(label, c[1], c[2], c[3], bool(c[4]))
         check(py == cline, "case %r: C %r, Python %r" % (c, cline, py))
-    # Sizes exactly as lib/size.c formats them (check_size's table).
+    # Sizes exactly as lib/common/size.c formats them (check_size's table).
     for n, want in [(0, "0 B"), (1536, "1.5 KiB"), (1280, "1.25 KiB"), (1000000, "976.56 KiB"),
                     (1025, "1.00 KiB"), ((1 << 20) - 1, "1024.00 KiB"), (U64, "16.00 EiB"),
                     (3 << 50, "3 PiB")]:

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "common/io.h"
+
+/* One system call moves at most this much (Linux caps a transfer near 2 GiB). */
+#define IO_STEP ((size_t)1 << 30)
+
+static size_t step(size_t left)
+{
+	return left > IO_STEP ? IO_STEP : left;
+}
+
+ssize_t placefs_io_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t r = pread(fd, (char *)buf + got, step(len - got), (off_t)(off + got));
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+ssize_t placefs_io_read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t r = read(fd, (char *)buf + got, step(len - got));
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+int placefs_io_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t r =
+		        pwrite(fd, (const char *)buf + done, step(len - done), (off_t)(off + done));
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+int placefs_io_write_full(int fd, const void *buf, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t r = write(fd, (const char *)buf + done, step(len - done));
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+int placefs_io_random(void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t k = getrandom((char *)buf + got, len - got, 0);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		got += (size_t)k;
+	}
+	return 0;
+}

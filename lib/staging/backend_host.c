@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "staging/backend_i.h"
+#include "common/io.h"
+#include "common/size.h"
+
+/*
+ * The host backend: the ring is a POSIX shared-memory object that other
+ * processes map by name (the export handle), the bounce chunks are aligned
+ * heap memory and every copy is a synchronous memcpy (into the ring) or
+ * pwrite() (out to a client's shm destination). It runs the same protocol as
+ * the CUDA backend so the whole staging path can be tested on machines
+ * without a GPU.
+ *
+ * Every byte is reserved at creation: the ring with posix_fallocate() (a
+ * sparse tmpfs object would raise SIGBUS at the first page that /dev/shm
+ * cannot supply), the bounce chunks by writing them once.
+ */
+
+#define SHM_DIR "/dev/shm"
+
+struct host_priv {
+	uint8_t *ring;
+	int fd; /* the ring's object, open for the flock that marks it in use */
+	char name[64];
+};
+
+static int random_u64(uint64_t *r)
+{
+	return placefs_io_random(r, sizeof(*r));
+}
+
+int (*placefs__shm_random)(uint64_t *r) = random_u64;
+
+/*
+ * Creates the ring's object under a fresh unguessable name (backend_i.h),
+ * retrying names that exist; the descriptor, or a negative errno.
+ */
+static int ring_create(char *name, size_t len, struct placefs_error *err)
+{
+	unsigned t;
+	uint64_t r;
+	int fd, rc;
+
+	for (t = 0; t < PLACEFS__SHM_NAME_TRIES; t++) {
+		rc = placefs__shm_random(&r);
+		if (rc != 0)
+			return placefs_error_set(
+			        err, rc, PLACEFS_E_IO,
+			        "host: no random bytes for a shared memory name: %s",
+			        strerror(-rc));
+		snprintf(name, len, "/placefs-%ld-%llu", (long)getpid(), (unsigned long long)r);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST)
+			return placefs_error_set(err, -errno, PLACEFS_E_IO,
+			                         "host: cannot create shared memory \"%s\": %s",
+			                         name, strerror(errno));
+	}
+	return placefs_error_set(err, -EEXIST, PLACEFS_E_IO,
+	                         "host: cannot create shared memory: %u random names in %s "
+	                         "were all taken",
+	                         PLACEFS__SHM_NAME_TRIES, SHM_DIR);
+}
+
+/*
+ * Free bytes of /dev/shm for an unprivileged writer; UINT64_MAX when statvfs
+ * cannot say, or says nothing (a tmpfs mounted with size=0 has no limit and
+ * reports 0 blocks).
+ */
+static uint64_t shm_free_bytes(uint64_t *total)
+{
+	struct statvfs vs;
+
+	*total = 0;
+	if (statvfs(SHM_DIR, &vs) != 0 || vs.f_blocks == 0)
+		return UINT64_MAX;
+	*total = (uint64_t)vs.f_blocks * vs.f_frsize;
+	return (uint64_t)vs.f_bavail * vs.f_frsize;
+}
+
+static int reserve_fail(const char *name, uint64_t bytes, int rc, struct placefs_error *err)
+{
+	char want[32], have[32], all[32];
+	uint64_t total, avail = shm_free_bytes(&total);
+
+	placefs_size_format(bytes, want, sizeof(want));
+	if (avail == UINT64_MAX)
+		return placefs_error_set(err, rc, PLACEFS_E_IO,
+		                         "host: cannot reserve the %llu-byte (%s) ring \"%s\" in "
+		                         "%s: %s",
+		                         (unsigned long long)bytes, want, name, SHM_DIR,
+		                         strerror(-rc));
+	placefs_size_format(avail, have, sizeof(have));
+	placefs_size_format(total, all, sizeof(all));
+	return placefs_error_set(err, rc, PLACEFS_E_IO,
+	                         "host: cannot reserve the %llu-byte (%s) ring \"%s\": %s has "
+	                         "%llu bytes (%s) free of %s: %s",
+	                         (unsigned long long)bytes, want, name, SHM_DIR,
+	                         (unsigned long long)avail, have, all, strerror(-rc));
+}
+
+/*
+ * Allocates every page of the ring's object now: refused at once when
+ * /dev/shm has less free space than that, else posix_fallocate() (which
+ * also catches a /dev/shm filled meanwhile).
+ */
+static int ring_reserve(int fd, const char *name, uint64_t bytes, struct placefs_error *err)
+{
+	uint64_t total;
+	int rc;
+
+	if (shm_free_bytes(&total) < bytes)
+		return reserve_fail(name, bytes, -ENOSPC, err);
+	do
+		rc = posix_fallocate(fd, 0, (off_t)bytes);
+	while (rc == EINTR);
+	if (rc != 0)
+		return reserve_fail(name, bytes, -rc, err);
+	return 0;
+}
+
+static int host_open(struct placefs_backend *be, int device, struct placefs_error *err)
+{
+	struct host_priv *hp;
+	uint64_t ring_bytes = be->info.ring_bytes;
+	int fd, rc;
+
+	(void)device;
+	if (ring_bytes > (uint64_t)SIZE_MAX || ring_bytes > (uint64_t)INT64_MAX)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
+		                         "host: ring of %llu bytes is too large",
+		                         (unsigned long long)ring_bytes);
+	hp = calloc(1, sizeof(*hp));
+	if (!hp)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "host: out of memory");
+	fd = ring_create(hp->name, sizeof(hp->name), err);
+	if (fd < 0) {
+		rc = fd;
+		goto fail_shm;
+	}
+	/* Held until the ring goes: placefs_shm_remove_stale() never takes a locked object. */
+	if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "host: cannot lock shared memory \"%s\": %s", hp->name,
+		                       strerror(errno));
+		goto fail_size;
+	}
+	rc = ring_reserve(fd, hp->name, ring_bytes, err);
+	if (rc != 0)
+		goto fail_size;
+	hp->ring = mmap(NULL, (size_t)ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (hp->ring == MAP_FAILED) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "host: cannot map the %llu-byte ring \"%s\": %s",
+		                       (unsigned long long)ring_bytes, hp->name, strerror(errno));
+		goto fail_size;
+	}
+	hp->fd = fd;
+
+	be->host_buf = aligned_alloc(4096, be->info.host_buffer_bytes);
+	if (!be->host_buf) {
+		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM,
+		                       "host: cannot allocate %llu bytes of bounce buffers",
+		                       (unsigned long long)be->info.host_buffer_bytes);
+		goto fail_buf;
+	}
+	/* Touched once: the pages are the process's from now on, not at the first stage. */
+	memset(be->host_buf, 0, be->info.host_buffer_bytes);
+
+	be->priv = hp;
+	be->info.handle_kind = PLACEFS_IOC_HANDLE_HOST_SHM;
+	be->info.handle_bytes = (uint32_t)strlen(hp->name) + 1;
+	memcpy(be->info.handle, hp->name, be->info.handle_bytes);
+	snprintf(be->info.name, sizeof(be->info.name), "host (%s)", hp->name);
+	return 0;
+
+fail_buf:
+	munmap(hp->ring, (size_t)ring_bytes);
+fail_size:
+	shm_unlink(hp->name);
+	close(fd);
+fail_shm:
+	free(hp);
+	return rc;
+}
+
+static void host_close(struct placefs_backend *be)
+{
+	struct host_priv *hp = be->priv;
+
+	free(be->host_buf);
+	munmap(hp->ring, (size_t)be->info.ring_bytes);
+	shm_unlink(hp->name);
+	close(hp->fd);
+	free(hp);
+}
+
+static int host_chunk_to_ring(struct placefs_backend *be, unsigned i, uint64_t ring_off, uint64_t n,
+                              struct placefs_error *err)
+{
+	struct host_priv *hp = be->priv;
+
+	(void)err;
+	memcpy(hp->ring + ring_off, be->host_buf + (uint64_t)i * be->info.chunk_bytes, n);
+	return 0;
+}
+
+static int host_chunk_poll(struct placefs_backend *be, unsigned i)
+{
+	(void)be;
+	(void)i;
+	return 1; /* copies are synchronous */
+}
+
+static int host_chunk_wait(struct placefs_backend *be, unsigned i, struct placefs_error *err)
+{
+	(void)be;
+	(void)i;
+	(void)err;
+	return 0;
+}
+
+static int host_ring_to_host(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,
+                             struct placefs_error *err)
+{
+	struct host_priv *hp = be->priv;
+
+	(void)err;
+	memcpy(dst, hp->ring + ring_off, n);
+	return 0;
+}
+
+/* Straight from the ring (reserved, never shrunk) into the destination's file. */
+static int host_ring_to_fd(struct placefs_backend *be, uint64_t ring_off, int fd, uint64_t off,
+                           uint64_t n, struct placefs_error *err)
+{
+	struct host_priv *hp = be->priv;
+
+	return placefs__pwrite_dest(fd, hp->ring + ring_off, n, off, "destination shm", err);
+}
+
+const struct placefs_backend_ops placefs__host_ops = {
+        .name = "host",
+        .open = host_open,
+        .close = host_close,
+        .chunk_to_ring = host_chunk_to_ring,
+        .chunk_poll = host_chunk_poll,
+        .chunk_wait = host_chunk_wait,
+        .ring_to_host = host_ring_to_host,
+        .ring_to_fd = host_ring_to_fd,
+        /* No CUDA here: CUDA IPC destinations are refused with -EOPNOTSUPP. */
+        .ipc_open = NULL,
+        .ipc_close = NULL,
+        .ring_to_device = NULL,
+};
+
+/* ---- stale objects ----------------------------------------------------------- */
+
+/*
+ * Skips "<digits>" at *p, at most max of them; the value (saturated at
+ * LLONG_MAX), or -1 when there are none or more than max.
+ */
+static long long scan_num(const char **p, int max)
+{
+	long long v = 0;
+	int n = 0;
+
+	while (**p >= '0' && **p <= '9') {
+		if (++n > max)
+			return -1;
+		if (v <= (LLONG_MAX - 9) / 10)
+			v = v * 10 + (**p - '0');
+		else
+			v = LLONG_MAX;
+		(*p)++;
+	}
+	return n ? v : -1;
+}
+
+/*
+ * The pid in a name placefs gives shared memory: "placefs-<pid>-<n>" (a host
+ * ring; n is random now, a small counter in older versions) or
+ * "placefs-client-<pid>-<n>" (lib/client/client.c, the same); 0 for any other name.
+ * <pid> has at most 10 digits, <n> at most 20 (a 64-bit number).
+ */
+static pid_t shm_name_pid(const char *name)
+{
+	const char *p;
+	long long pid;
+
+	if (strncmp(name, "placefs-", 8) != 0)
+		return 0;
+	p = name + 8;
+	if (strncmp(p, "client-", 7) == 0)
+		p += 7;
+	pid = scan_num(&p, 10);
+	if (pid <= 0 || pid > INT_MAX || *p++ != '-' || scan_num(&p, 20) < 0 || *p != '\0')
+		return 0;
+	return (pid_t)pid;
+}
+
+int placefs_shm_remove_stale(void (*report)(const char *name, uint64_t bytes, void *arg), void *arg,
+                             struct placefs_error *err)
+{
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	d = opendir(SHM_DIR);
+	if (!d) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 0;
+		return placefs_error_set(err, -errno, PLACEFS_E_IO, "cannot list %s: %s", SHM_DIR,
+		                         strerror(errno));
+	}
+	while ((de = readdir(d)) != NULL) {
+		pid_t pid = shm_name_pid(de->d_name);
+		struct stat st;
+		int fd;
+
+		if (pid == 0 || pid == getpid())
+			continue;
+		/* EPERM means alive (another user's process): only ESRCH is gone. */
+		if (kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/*
+		 * A live owner holds a flock: a process of another PID namespace
+		 * whose pid means nothing here. The lock is kept over the unlink,
+		 * so no owner can take the object meanwhile.
+		 */
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0 && unlinkat(dirfd(d), de->d_name, 0) == 0) {
+			n++;
+			if (report)
+				report(de->d_name, (uint64_t)st.st_size, arg);
+		}
+		close(fd);
+	}
+	closedir(d);
+	return n;
+}
