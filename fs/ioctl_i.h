@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ioctl_i: what the parts of the staging glue share (fs/ioctl.h is its
+ * public face). The module is split by concern, each part a file:
+ *
+ *   ioctl.c         the protocol dispatch (placefs_ioctl_op), the checks of
+ *                   every request's fields, cancellation, prefetch hints,
+ *                   RING_INFO and RELEASE, create/shutdown/free;
+ *   ioctl_access.c  the access policy: who may read a shard and borrow the
+ *                   ring, each user's ring share and leases;
+ *   ioctl_stage.c   STAGE: one tensor, on the FUSE worker or a thread of
+ *                   its own;
+ *   ioctl_batch.c   STAGE_BATCH: the batch queue and its pool of workers;
+ *   ioctl_stats.c   the "staging" rows of .placefs/stats.
+ *
+ * Only these files include this header (scripts/check-includes).
+ */
+#ifndef PLACEFS_FS_IOCTL_I_H
+#define PLACEFS_FS_IOCTL_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/slice.h"
+#include "ioctl.h"
+#include "log.h"
+#include "placefs/ioctl.h"
+#include "staging/backend.h"
+#include "staging/fill.h"
+#include "staging/gate.h"
+#include "staging/stagers.h"
+
+/* GPU tensors handed to the prefetcher after each stage, and when to hand on more. */
+#define HINT_WINDOW PLACEFS_STAGE_PREFETCH_MAX
+/* No prefetch hints this long after a sliced stage (ioctl_hint_sliced()). */
+#define SLICED_QUIET_NS (2ULL * 1000 * 1000 * 1000)
+/* How often the watcher looks whether the session is ending. */
+#define WATCH_NS (100ULL * 1000 * 1000)
+/* Every this many looks it drops the cached copy destinations nobody can use. */
+#define SWEEP_TICKS 10
+/* A timeout longer than this (about 100 years) is no timeout. */
+#define TIMEOUT_MAX_NS (3155760000ULL * 1000000000ULL)
+/* Buckets of the lease table (leases of users whose ring share is ioctl_capped). */
+#define LEASE_BUCKETS 256
+/* (uid, gid) pairs whose right to borrow is remembered. */
+#define PERM_CACHE 64
+
+/* What one user whose ring share is capped has now (fs->lock). */
+struct user_use {
+	uid_t uid;
+	uint64_t bytes;   /* of leases held and stages in progress */
+	unsigned waiting; /* stages on threads of their own */
+};
+
+/* A lease of a capped user: its bytes count against the user until it ends. */
+struct lease_rec {
+	struct lease_rec *next;
+	uint64_t lease;
+	uint64_t fh;
+	uid_t uid;
+	uint64_t bytes;
+};
+
+/* What decides who may read a shard, as it was at mount. */
+struct shard_perm {
+	uid_t uid;
+	gid_t gid;
+	mode_t mode;
+	bool acl; /* it has an access ACL: only its owner bits are trusted */
+};
+
+struct perm_entry {
+	uid_t uid;
+	gid_t gid;
+	bool ok;
+};
+
+/* One STAGE request while it runs (on a FUSE worker's stack or on the heap). */
+struct sreq {
+	struct sreq *prev;
+	struct sreq *next;
+	struct placefs_ioctl *fs;
+	fuse_req_t req;
+	int cancel; /* set by an interrupt or by shutdown; polled by the ring */
+	uint64_t fh;
+	size_t entry;
+	uid_t uid;
+	pid_t pid;         /* the caller's thread, 0 if not visible in our PID namespace */
+	uint64_t reserved; /* bytes counted against uid's ring share; 0: not capped */
+	bool thread;       /* runs on a thread of its own (counted in the user's waiting) */
+	bool sliced;       /* io.flags has PLACEFS_IOC_STAGE_SLICE: `lay` is the slice */
+	unsigned pos;      /* the stager (position in the device list) that serves it */
+	struct placefs_slice_layout lay;
+	struct placefs_ioc_stage io;
+};
+
+/* One tensor of a STAGE_BATCH request as it runs: an entry, or a tensor of a range. */
+struct bitem {
+	uint64_t tensor;      /* plan index */
+	uint64_t dest_offset; /* in the batch's destination */
+	uint64_t nbytes;      /* out: its payload bytes */
+	int32_t error;        /* out: 0 or a positive errno */
+	uint32_t out_flags;   /* out: PLACEFS_IOC_STAGED_* */
+	unsigned from;        /* the request's entry it belongs to */
+};
+
+/* One STAGE_BATCH request while it runs: its items go to the batch pool. */
+struct bjob {
+	struct sreq r; /* cancel flag, the in-flight list, the caller's ids */
+	gid_t gid;
+	struct placefs_ioc_stage_batch *io; /* in and out */
+	int dfd;                            /* read mode: the destination shm object */
+	unsigned pos;                       /* copy mode: the stager of the destination's device */
+	bool direct;                        /* copy mode: that stager copies direct (no ring) */
+	struct bitem *items;                /* the entries, or the ranges' tensors */
+	size_t nitems;
+	struct {
+		size_t first, count;
+	} * runs; /* items moved as one range (batch_runs()), nitems at most */
+	size_t nruns;
+	size_t next;          /* the next run to start (fs->block) */
+	size_t inflight;      /* runs in progress (fs->block) */
+	size_t done;          /* items that succeeded (fs->block) */
+	pthread_cond_t ended; /* inflight reached 0 with no entry left */
+	struct bjob *next_job;
+};
+
+/* Threads that run batch entries besides the request's own: online CPUs in [2, 8]. */
+#define BATCH_THREADS 8
+
+/* The staging glue of one mount. */
+struct placefs_ioctl {
+	struct placefs_mount *m;
+	struct placefs_stagers *ss;  /* one stager per device; NULL: staging disabled */
+	unsigned nst;                /* placefs_stagers_count(ss) */
+	struct placefs_filler *fill; /* READ mode: shard -> caller's shm, no ring */
+	struct placefs_gate *gate;   /* the stagers' disk reads; NULL: -o disk_streams=0 */
+
+	/* The batch pool (STAGE_BATCH): its threads run entries of the oldest job. */
+	pthread_mutex_t block;
+	pthread_cond_t bwork;
+	struct bjob *bjobs;
+	bool bstop;
+	unsigned nbthreads, nbwant;
+	pthread_t bthreads[BATCH_THREADS];
+	atomic_uint_fast64_t batches;       /* STAGE_BATCH requests answered */
+	atomic_uint_fast64_t batch_entries; /* their entries */
+	atomic_uint_fast64_t batch_failed;  /* entries that failed */
+	atomic_uint_fast64_t batch_moves;   /* ranges read or staged for them (runs) */
+	struct placefs_backend_info info;   /* stager 0's (every ring has the same size) */
+	struct placefs_backend_info infos[PLACEFS_DEVICES_MAX]; /* per position */
+	uint64_t align;
+	/* For the log and stats: "none", "host (/placefs-1-0)", "host:0,host:1", ... */
+	char device[PLACEFS_DEVICES_NAME_MAX + 160];
+	char log_line[1024];  /* what placefs_ioctl_log() says */
+	char plan_line[1024]; /* what placefs_ioctl_plan_line() gives */
+
+	/* GPU-placed plan entries in checkpoint order, and each entry's position there. */
+	size_t ngpu;
+	size_t *gpu;
+	size_t *gpu_pos; /* SIZE_MAX for cpu-placed entries */
+
+	pthread_mutex_t hint_lock;
+	struct {
+		bool hinted;
+		size_t hint_lo; /* the hint list is gpu[hint_lo, hint_hi) */
+		size_t hint_hi;
+		size_t last_pos;      /* the GPU position staged last */
+		uint64_t sliced_ns;   /* placefs_clock_ns() of the last sliced stage, 0: none */
+	} hints[PLACEFS_DEVICES_MAX]; /* per stager: each device's loader walks its own way */
+
+	pthread_mutex_t lock; /* the in-flight list, `detached`, `closing` */
+	pthread_cond_t cond;  /* detached threads ended; the watcher's clock */
+	struct sreq *inflight;
+	unsigned detached;
+	bool closing;
+	bool watch_stop;
+	bool watcher_started;
+	pthread_t watcher;
+
+	atomic_uint inline_busy;
+	unsigned inline_max;
+	atomic_uint_fast64_t refused; /* requests refused before reaching the stager */
+	atomic_uint_fast64_t threads; /* stages that ran on a thread of their own */
+	atomic_uint_fast64_t busy;    /* stages refused: no thread slot or ring share left */
+	atomic_uint_fast64_t denied;  /* borrows refused: the caller may not read every shard */
+
+	/* Shared-host limits (fs/opts.h); the tables below are under `lock`. */
+	struct placefs_log_limit loglim; /* lines about client errors */
+	uid_t self_uid;                  /* the daemon's own: never capped */
+	uint64_t default_timeout_ns;     /* for stages that give none; 0: none */
+	unsigned max_waiting;            /* stages on threads of their own at once */
+	unsigned user_waiting_max;       /* of those, per capped user */
+	uint64_t share_bytes;            /* ring bytes per capped user */
+	struct user_use *users;
+	size_t nusers;
+	struct lease_rec *leases[LEASE_BUCKETS];
+	struct shard_perm *perms; /* per shard */
+	size_t nperms;
+	struct perm_entry pcache[PERM_CACHE];
+	size_t npcache;
+};
+
+/* ---- ioctl.c: helpers, request checks, cancellation, hints ---- */
+
+bool ioctl_all_zero(const void *p, size_t n);
+const char *ioctl_fname_of(struct placefs_mount *m, size_t entry);
+/* Logs why a request is refused before it reaches the stager, and answers it. */
+void ioctl_refuse(fuse_req_t req, struct placefs_ioctl *fs, int e, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+/* Writes why a request is malformed and returns EINVAL. */
+int ioctl_bad(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Every field of a request; 0 or the errno, with a message in why. */
+int ioctl_check_dest(uint32_t mode, uint32_t kind, uint32_t hbytes, const uint8_t *handle,
+                     char *why, size_t len);
+int ioctl_check_stage(const struct placefs_ioc_stage *s, char *why, size_t len);
+int ioctl_check_batch(const struct placefs_ioc_stage_batch *b, char *why, size_t len);
+/* The request's interrupt callback: sets r->cancel and wakes the stagers. */
+void ioctl_on_interrupt(fuse_req_t req, void *data);
+/* The in-flight list that shutdown cancels (fs->lock). */
+void ioctl_inflight_add(struct placefs_ioctl *fs, struct sreq *r);
+void ioctl_inflight_del(struct placefs_ioctl *fs, struct sreq *r);
+/* Prefetch hints after a whole-tensor stage and after a sliced one. */
+void ioctl_hint_after(struct placefs_ioctl *fs, unsigned spos, size_t entry);
+void ioctl_hint_sliced(struct placefs_ioctl *fs, unsigned spos);
+/* Whether a copy-mode stage on stager pos goes direct (takes no ring space). */
+bool ioctl_copies_direct(const struct placefs_ioctl *fs, unsigned pos);
+
+/* ---- ioctl_access.c: the access policy ---- */
+
+/* Whether uid's ring share and waiting stages are capped: anyone but root and the daemon's uid. */
+bool ioctl_capped(const struct placefs_ioctl *fs, uid_t uid);
+/* uid's entry, added if new; NULL when out of memory. Under fs->lock. */
+struct user_use *ioctl_user_get(struct placefs_ioctl *fs, uid_t uid);
+/* Gives back `bytes` of uid's share (and a waiting slot when `thread`). */
+void ioctl_share_put(struct placefs_ioctl *fs, uid_t uid, uint64_t bytes, bool thread);
+/* Records a capped user's new lease; false when out of memory. Under fs->lock. */
+bool ioctl_lease_add(struct placefs_ioctl *fs, const struct sreq *r, uint64_t lease);
+/* Lease `lease` ended, or every lease of file handle fh: their bytes no longer count. */
+void ioctl_lease_end(struct placefs_ioctl *fs, uint64_t lease);
+void ioctl_lease_end_owner(struct placefs_ioctl *fs, uint64_t fh);
+/* Whether shard permission p lets (uid, gid) read it (see ioctl_access.c). */
+bool ioctl_perm_reads(const struct shard_perm *p, uid_t uid, gid_t gid);
+/* Whether (uid, gid) may borrow: read every shard. */
+bool ioctl_may_borrow(struct placefs_ioctl *fs, uid_t uid, gid_t gid);
+/* Reads every shard's owner, group, mode and ACL at mount; -ENOMEM or 0. */
+int ioctl_perms_init(struct placefs_ioctl *fs);
+
+/* ---- ioctl_stage.c: STAGE ---- */
+
+const char *ioctl_mode_name(uint32_t mode);
+void ioctl_do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint64_t fh,
+                    const struct placefs_ioc_stage *in);
+
+/* ---- ioctl_batch.c: STAGE_BATCH ---- */
+
+void ioctl_do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
+                    const struct placefs_ioc_stage_batch *in);
+/* A thread of the batch pool (fs->bthreads). */
+void *ioctl_batch_main(void *arg);
+
+/* ---- ioctl_stats.c: the "staging" rows ---- */
+
+/* Zeroes the counters this module owns (its rows of base 1), at create. */
+void ioctl_stats_zero(struct placefs_ioctl *fs);
+
+#endif /* PLACEFS_FS_IOCTL_I_H */
