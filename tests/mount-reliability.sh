@@ -17,7 +17,8 @@
 #     leftovers, but nothing of a live or flock-holding process.
 #  3. SIGTERM with 8 O_DIRECT readers of large tensors in flight: the daemon
 #     exits 0 and leaves no mount; readers get correct bytes or an error.
-#     The same while placefs-stage --all copies on a -o device=host mount.
+#     The same while placefs-stage --all copies on a -o device=host mount
+#     (batched, and one tensor a request).
 #  4. A client killed (SIGKILL) while it reads and while it holds staging
 #     leases: open_files, leases and the ring's bytes in use come back to 0,
 #     the daemon's descriptors come back to their count, and it keeps serving.
@@ -309,16 +310,20 @@ line=$(tail -n 1 soak.out)
 note "SIGTERM: exit 0, no mount left; readers: $(summary "$line" reads) reads ok, then $(sed -n 's/^soak: tolerated errors: //p' soak.out)"
 
 # SIGTERM while placefs-stage --all copies on a -o device=host mount: four loops
-# of placefs-stage --verify through a 4 MiB ring that the 4 MiB tensors fill
-# alone, so stagers are always waiting for ring space or copying.
+# of placefs-stage --verify with a 4 MiB limit (the 4 MiB tensors fill the ring
+# alone), two in batches (the default: a SIGTERM finds batch requests in
+# flight) and two one tensor a request (--batch 1), so stagers are always copying.
 mount_fs big "$MP" -o device=host,buffer_size=4M
 ring_name=$(stat_get "$MP" staging.device | sed -n 's/^host (\(.*\))$/\1/p')
 [ -n "$ring_name" ] && [ -e "/dev/shm$ring_name" ] || fail "no host ring in /dev/shm ($ring_name)"
 loops=""
 for k in 1 2 3 4; do
+	batch=
+	[ $((k % 2)) -eq 0 ] && batch="--batch 1"
 	(
 		n=0
-		while is_mounted "$MP" && "$STAGE" --verify -q --all "$MP" >"stage.$k.last" 2>&1; do
+		# shellcheck disable=SC2086 # $batch is empty or two words
+		while is_mounted "$MP" && "$STAGE" $batch --verify -q --all "$MP" >"stage.$k.last" 2>&1; do
 			n=$((n + 1))
 		done
 		echo "runs=$n" >"stage.$k.runs"

@@ -15,7 +15,8 @@
 #     (EINTR); a client killed with SIGKILL loses its leases and the whole
 #     ring is stageable again; SIGTERM ends a daemon with a client waiting;
 #   - a multi-shard checkpoint: placefs-stage --all --verify in both modes in
-#     checkpoint order, with --batch (ranges of the plan, or entries by index;
+#     checkpoint order, copy mode batched (its default) and one a request
+#     (--batch 1), with --batch N (ranges of the plan, or entries by index;
 #     a cpu file in a batch fails alone), the client library's batches
 #     (test_stage_ioctl batch), 8 concurrent clients, 2 worker threads with 4 clients,
 #     the ring's high-water mark within its size;
@@ -296,12 +297,24 @@ for t in p["tensors"]:
 EOF
 ngpu=$(wc -l <gpu.order)
 [ "$ngpu" -gt 40 ] || fail "multi: only $ngpu gpu tensors"
-for mode in copy borrow; do
-	out=$(tmo 60 "$STAGE" --mode $mode --verify --all "$MP") || fail "multi --all $mode: $out"
-	echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" || fail "multi $mode: $out"
+# Copy mode batches by default (up to 256 a request into one destination: here all of them
+# fit one); --batch 1 is one tensor a request, as borrow mode always is.
+for how in copy "copy --batch 1" borrow; do
+	# shellcheck disable=SC2086 # the options are split on purpose
+	out=$(tmo 60 "$STAGE" --mode $how --verify --all "$MP") || fail "multi --all $how: $out"
+	echo "$out" | grep -q "^verify: $ngpu of $ngpu tensors byte-exact$" || fail "multi $how: $out"
 	echo "$out" | awk '$NF ~ /^\// { print $NF }' | cmp -s - gpu.order ||
-		fail "multi $mode: --all did not go in checkpoint order"
-	note "multi $mode: $(echo "$out" | grep '^placefs-stage: ')"
+		fail "multi $how: --all did not go in checkpoint order"
+	reqs=$(echo "$out" | sed -n 's/^placefs-stage: .*; \([0-9]*\) requests\{0,1\}; ring .*/\1/p')
+	if [ "$how" = copy ]; then
+		[ "$reqs" = 1 ] || fail "multi copy: $reqs requests, want 1 batch of $ngpu: $out"
+		[ "$(echo "$out" | grep -c " batch 1 of $ngpu  verified  ")" = "$ngpu" ] ||
+			fail "multi copy: not one batch of $ngpu: $out"
+	else
+		[ "$reqs" = "$ngpu" ] || fail "multi $how: $reqs requests, want $ngpu (one a tensor): $out"
+		! echo "$out" | grep -q " batch [0-9]* of " || fail "multi $how batched: $out"
+	fi
+	note "multi $how: $(echo "$out" | grep '^placefs-stage: ')"
 done
 # --batch: the same tensors, up to N a request (--all: ranges of the plan; files: by index).
 for b in 16 7; do

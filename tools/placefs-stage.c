@@ -43,6 +43,7 @@ struct mnt {
 	struct placefs_client_dest *dest;
 	struct placefs_client_ring *ring;
 	bool setup_failed;
+	uint32_t batch; /* tensors a request on this mount (batch_size()), once set up */
 };
 
 struct file {
@@ -64,8 +65,10 @@ static struct {
 	/* --device N: the ring of device N (CUDA ordinal or N of host:N) */
 	bool has_device;
 	int32_t device;
-	/* --batch N: up to N tensors a request (copy mode); 0: one a request */
+	/* --batch N: up to N tensors a request (copy mode); 0: not given (batch_size()) */
 	uint32_t batch;
+	/* --all: every gpu-placed tensor of one mount, in plan order */
+	bool all;
 } cfg;
 
 /* A --batch destination holds at most this much (or the largest tensor). */
@@ -122,7 +125,10 @@ static void usage(FILE *f)
 	           "                    which a borrow on a mount of several devices needs\n"
 	           "  --batch N         copy mode: up to N tensors (1-256) a request, staged\n"
 	           "                    side by side by the daemon into one destination\n"
-	           "                    (PLACEFS_IOC_STAGE_BATCH; a mount of one ring)\n"
+	           "                    (PLACEFS_IOC_STAGE_BATCH; a mount of one ring);\n"
+	           "                    default 256 with --all in copy mode (one a request\n"
+	           "                    with --slice, in borrow mode, on a mount of several\n"
+	           "                    rings and for files); 1: one tensor a request\n"
 	           "  -q, --quiet       no per-tensor lines, only the summary\n"
 	           "  -h, --help        show this help\n"
 	           "  -V, --version     show the version\n");
@@ -199,18 +205,35 @@ static uint64_t align_up(uint64_t v)
 }
 
 /*
- * The copy destination of a mount: its largest tensor; with --batch, room
- * for a batch: BATCH_DEST_BYTES, but no more than N of its largest tensor
- * or all of its files need (shared memory is not spent on room no batch
- * uses), and never less than the largest tensor.
+ * The tensors a request on a mount whose ring info is ri: --batch N when
+ * given; otherwise PLACEFS_IOC_BATCH_MAX for --all in copy mode of whole
+ * tensors on a mount of one ring (a batch names no device), else 1. A
+ * mixture of experts of 51,027 tensors, host ring, the first pass on a
+ * fresh mount: 7.2-7.8 s one a request, 0.10-0.13 s 256 a request
+ * (placefs-stage --all --batch 1 and --batch 256, doc/placefs-stage.1).
+ */
+static uint32_t batch_size(const struct placefs_ioc_ring_info *ri)
+{
+	if (cfg.batch)
+		return cfg.batch;
+	if (cfg.all && cfg.mode == PLACEFS_IOC_STAGE_COPY && !cfg.slice && ri->ndevices <= 1)
+		return PLACEFS_IOC_BATCH_MAX;
+	return 1;
+}
+
+/*
+ * The copy destination of a mount: its largest tensor; when it batches,
+ * room for a batch: BATCH_DEST_BYTES, but no more than N of its largest
+ * tensor or all of its files need (shared memory is not spent on room no
+ * batch uses), and never less than the largest tensor.
  */
 static uint64_t dest_bytes(const struct mnt *mt)
 {
 	uint64_t room = BATCH_DEST_BYTES, most;
 
-	if (cfg.batch <= 1)
+	if (mt->batch <= 1)
 		return mt->largest;
-	if (__builtin_mul_overflow(align_up(mt->largest), (uint64_t)cfg.batch, &most))
+	if (__builtin_mul_overflow(align_up(mt->largest), (uint64_t)mt->batch, &most))
 		most = UINT64_MAX;
 	if (most < room)
 		room = most;
@@ -240,6 +263,7 @@ static int mnt_setup(struct mnt *mt, int fd, const char *path)
 		errorf("%s: staging is disabled on this mount (-o device=none)", path);
 		return -1;
 	}
+	mt->batch = batch_size(&mt->ri);
 	if (cfg.mode == PLACEFS_IOC_STAGE_COPY) {
 		rc = placefs_client_dest_create(&mt->ri, dest_bytes(mt), &mt->dest, &e);
 		if (rc != 0) {
@@ -363,6 +387,7 @@ static int cut_slice(uint8_t *buf, uint64_t size, const uint64_t shape[2], unsig
 
 struct totals {
 	size_t staged, failed, verified, prefetched;
+	unsigned long requests; /* stage and batch ioctls sent */
 	uint64_t bytes;
 	double stage_s; /* wall time inside the stage ioctls */
 	double first, last;
@@ -443,6 +468,7 @@ static int stage_file(struct file *f, struct mnt *mt, uint8_t *want, uint8_t *go
 		tot->first = t0;
 	tot->verify_s += tot->pending_s;
 	tot->pending_s = 0;
+	tot->requests++;
 	if (cfg.mode == PLACEFS_IOC_STAGE_COPY)
 		rc = placefs_client_copy_ex(fd, mt->dest, 0, &a, &r, &e);
 	else
@@ -501,15 +527,15 @@ out:
 
 /*
  * The end of the batch that starts at files[i]: the files after it on the
- * same mount, at most cfg.batch, whose bytes (each at a multiple of
- * BATCH_ALIGN) fit the mount's destination.
+ * same mount, at most the mount's batch size, whose bytes (each at a
+ * multiple of BATCH_ALIGN) fit the mount's destination.
  */
 static size_t batch_end(const struct file *files, size_t n, size_t i, const struct mnt *mt)
 {
 	uint64_t room = dest_bytes(mt), used = 0;
 	size_t j;
 
-	for (j = i; j < n && j - i < cfg.batch && files[j].mnt == files[i].mnt; j++) {
+	for (j = i; j < n && j - i < mt->batch && files[j].mnt == files[i].mnt; j++) {
 		uint64_t at = align_up(used);
 
 		if (j > i && (at > room || files[j].size > room - at))
@@ -597,6 +623,7 @@ static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt 
 		ent[0].dest_offset = (uint64_t)0 - files[0].packed;
 	}
 	batches++;
+	tot->requests++;
 	t0 = placefs_clock_s();
 	if (tot->first == 0)
 		tot->first = t0;
@@ -685,6 +712,24 @@ static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt 
 out:
 	close(fd);
 	return failed;
+}
+
+/*
+ * mnt_setup() through a descriptor of its own, before the first request on
+ * the mount (whether it batches depends on its ring); a failure is reported
+ * once, and the files of the mount then fail one by one.
+ */
+static void mnt_prepare(struct mnt *mt, const char *path)
+{
+	struct placefs_client_error e;
+	int fd;
+
+	if (mt->have_info || mt->setup_failed)
+		return;
+	if (placefs_client_open(path, &fd, &e) != 0)
+		return; /* the stage of this file reports it */
+	mnt_setup(mt, fd, path);
+	close(fd);
 }
 
 /* Groups the files by mount and finds each mount's largest file. */
@@ -850,6 +895,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
+	cfg.all = all != NULL;
 	cfg.mode = parse_mode(mode);
 	if (cfg.mode < 0)
 		return EXIT_USAGE;
@@ -938,7 +984,9 @@ int main(int argc, char **argv)
 		struct mnt *mt = &mnts[files[i].mnt];
 
 		j = i + 1;
-		if (cfg.batch > 1) {
+		/* Its ring decides how many tensors a request (batch_size()). */
+		mnt_prepare(mt, files[i].path);
+		if (mt->batch > 1) {
 			j = batch_end(files, nfiles, i, mt);
 			tot.failed +=
 			        stage_batch(&files[i], j - i, all != NULL, mt, want, got, &tot);
@@ -956,10 +1004,10 @@ int main(int argc, char **argv)
 	secs = tot.last > tot.first ? tot.last - tot.first - tot.verify_s : 0;
 	placefs_size_format(tot.bytes, sz, sizeof(sz));
 	printf("placefs-stage: %zu of %zu tensors staged (%s), %" PRIu64 " bytes (%s) in %.3f s: "
-	       "%.2f GB/s; %.3f s in the ioctls; %zu prefetched",
+	       "%.2f GB/s; %.3f s in the ioctls; %zu prefetched; %lu request%s",
 	       tot.staged, nfiles, cfg.mode == PLACEFS_IOC_STAGE_COPY ? "copy" : "borrow",
 	       tot.bytes, sz, secs, secs > 0 ? (double)tot.bytes / secs / 1e9 : 0.0, tot.stage_s,
-	       tot.prefetched);
+	       tot.prefetched, tot.requests, tot.requests == 1 ? "" : "s");
 	if (nmnt == 1 && mnts[0].have_info)
 		printf("; ring %" PRIu64 " bytes on %s", mnts[0].ri.ring_bytes,
 		       mnts[0].ri.backend == PLACEFS_IOC_BACKEND_CUDA ? "cuda" : "host");

@@ -39,8 +39,8 @@
 # --source measures a checkpoint of yours as it is (a .safetensors file or a
 # directory, where it lies; nothing is written to it or removed).
 # --stage-batch N: the placefs-stage passes stage N tensors a request
-# (placefs-stage --batch N; default one a request), for checkpoints of many
-# small tensors.
+# (placefs-stage --batch N; default the tool's: 256 a request for --all in
+# copy mode; --stage-batch 1 is one a request).
 # Results: stdout and ${OUT:-/tmp}/first-pass.txt; the stats of every mount
 # in ${OUT:-/tmp}/first-pass-stats.txt.
 . "$(dirname "$0")/common.sh"

@@ -19,8 +19,9 @@
 #   pressure   a leased ring makes a stage time out, then wait until the
 #              release; a client killed with SIGKILL loses its leases
 #   concurrent 8 placefs-stage --verify at once (copy and borrow)
-#   llama      placefs-stage --all --verify in both modes, then the
-#              throughput of each mode without --verify; the C client's
+#   llama      placefs-stage --all --verify in both modes (copy batched,
+#              its default, and --batch 1), then the throughput of each
+#              without --verify; the C client's
 #              batches (placefs-stage --batch 64 --verify and its pace,
 #              tests/test_stage_ioctl batch) into device memory
 #   devmem     the daemon's device memory (nvidia-smi) against the ring size
@@ -478,14 +479,18 @@ do_llama() {
 	[ "$SIZE" = small ] && limit=4M
 	mount_ckpt "$WORK/llama" "$MP" "buffer_size=$limit,device=$DEV"
 	tail -n 5 "$MP/.placefs/plan"
-	for mode in copy borrow; do
+	# Copy mode in batches (the default of --all) and one tensor a request (--batch 1).
+	for mode in copy "copy --batch 1" borrow; do
+		# shellcheck disable=SC2086 # the options are split on purpose
 		out=$("$BUILD/tools/placefs-stage" --mode $mode --verify -q --all "$MP")
 		echo "$out"
 		echo "$out" | grep -Eq '^verify: ([0-9]+) of \1 tensors byte-exact$'
 	done
-	for mode in copy borrow; do
+	for mode in copy "copy --batch 1" borrow; do
 		# Twice: the first run warms the page cache; the second is the number.
+		# shellcheck disable=SC2086 # the options are split on purpose
 		"$BUILD/tools/placefs-stage" --mode $mode -q --all "$MP" >/dev/null
+		# shellcheck disable=SC2086
 		out=$(last_line "$BUILD/tools/placefs-stage" --mode $mode -q --all "$MP")
 		echo "$out"
 		echo "NOTE: $mode $(echo "$out" | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p') GB/s"
