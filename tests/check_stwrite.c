@@ -596,6 +596,90 @@ START_TEST(test_large_payload_crosses_buffer)
 }
 END_TEST
 
+/*
+ * The quantized layouts placefs-mkckpt writes (--quant fp8 and gptq): tens
+ * of thousands of tiny tensors, among them 4-byte F32 scalars, in one file.
+ * Each parses back with its dtype, shape and contiguous offsets, and each
+ * payload is placefs_stwrite_fill's.
+ */
+START_TEST(test_many_tiny_quant_tensors)
+{
+	/* One linear of 256 -> 128 features, as fp8 and as gptq (group 128). */
+	static const uint64_t w[] = {128, 256}, ws[] = {128, 1}, is[] = {1};
+	static const uint64_t qw[] = {32, 128}, qz[] = {2, 16}, sc[] = {2, 128}, gi[] = {256};
+	static const struct {
+		const char *suffix;
+		enum placefs_dtype dtype;
+		uint32_t ndim;
+		const uint64_t *shape;
+		uint64_t nbytes;
+	} kind[] = {
+	        {"weight", PLACEFS_DT_F8_E4M3, 2, w, 32768},
+	        {"weight_scale", PLACEFS_DT_F32, 2, ws, 512},
+	        {"input_scale", PLACEFS_DT_F32, 1, is, 4},
+	        {"qweight", PLACEFS_DT_I32, 2, qw, 16384},
+	        {"qzeros", PLACEFS_DT_I32, 2, qz, 128},
+	        {"scales", PLACEFS_DT_F16, 2, sc, 512},
+	        {"g_idx", PLACEFS_DT_I32, 1, gi, 1024},
+	};
+	enum { NK = sizeof(kind) / sizeof(kind[0]), NLIN = 3000, N = NLIN * NK };
+	struct placefs_stwrite_tensor *t = calloc(N, sizeof(*t));
+	char **names = calloc(N, sizeof(*names));
+	struct placefs_st_header *h = NULL;
+	struct placefs_error err;
+	char *path = tu_path(tmpdir, "q.safetensors");
+	uint8_t *buf, *want = malloc(32768);
+	uint64_t off = 0;
+	size_t len;
+
+	ck_assert_ptr_nonnull(t);
+	ck_assert_ptr_nonnull(names);
+	ck_assert_ptr_nonnull(want);
+	for (size_t i = 0; i < N; i++) {
+		ck_assert_int_ge(asprintf(&names[i],
+		                          "model.layers.%zu.mlp.experts.%zu.down_proj.%s",
+		                          i / NK / 100, i / NK % 100, kind[i % NK].suffix),
+		                 0);
+		t[i].name = names[i];
+		t[i].dtype = kind[i % NK].dtype;
+		t[i].ndim = kind[i % NK].ndim;
+		t[i].shape = kind[i % NK].shape;
+	}
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_stwrite_file(path, t, N, NULL, 0, 5, &err) == 0, "%s", err.msg);
+	buf = tu_read_file(path, &len);
+	ck_assert_msg(placefs_st_parse_buffer("q", buf, len, &h, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(placefs_st_header_tensor_count(h), N);
+	for (size_t i = 0; i < N; i++) {
+		const struct placefs_st_tensor *pt = placefs_st_header_tensor(h, i);
+		uint64_t nb;
+
+		ck_assert_int_eq(placefs_stwrite_nbytes(t[i].dtype, t[i].ndim, t[i].shape, &nb), 0);
+		ck_assert_uint_eq(nb, kind[i % NK].nbytes);
+		ck_assert_str_eq(pt->name, names[i]);
+		ck_assert_int_eq(pt->dtype, t[i].dtype);
+		ck_assert_uint_eq(pt->ndim, t[i].ndim);
+		for (uint32_t d = 0; d < pt->ndim; d++)
+			ck_assert_uint_eq(pt->shape[d], t[i].shape[d]);
+		ck_assert_uint_eq(pt->begin, off);
+		ck_assert_uint_eq(pt->nbytes, nb);
+		placefs_stwrite_fill(5, names[i], t[i].dtype, 0, want, (size_t)nb);
+		ck_assert_msg(memcmp(buf + placefs_st_header_data_start(h) + off, want, nb) == 0,
+		              "tensor %s", names[i]);
+		off += nb;
+	}
+	ck_assert_uint_eq(len, placefs_st_header_data_start(h) + off);
+	placefs_st_header_free(h);
+	for (size_t i = 0; i < N; i++)
+		free(names[i]);
+	free(names);
+	free(t);
+	free(want);
+	free(buf);
+	free(path);
+}
+END_TEST
+
 static Suite *stwrite_suite(void)
 {
 	Suite *s = suite_create("stwrite");
@@ -617,6 +701,7 @@ static Suite *stwrite_suite(void)
 	tcase_add_test(tc, test_unreadable_inputs_refused);
 	tcase_add_test(tc, test_failed_write_leaves_nothing);
 	tcase_add_test(tc, test_large_payload_crosses_buffer);
+	tcase_add_test(tc, test_many_tiny_quant_tensors);
 	suite_add_tcase(s, tc);
 	return s;
 }

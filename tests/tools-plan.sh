@@ -401,6 +401,144 @@ run "$MK" --moe 1000:64:667:1:1 "$T/x"
 [ "$rc" -eq 2 ] || fail "mkckpt --moe 1000:64:667:1:1: exit $rc, want 2"
 err_has "L x E x 3 expert tensors is more than 2000000"
 
+# ---- mkckpt --quant: fp8 and gptq layouts of every linear projection ----
+# want_layout Q L H E I V: the exact {name: [dtype, shape]} that --moe L:H:E:I:V
+# --quant Q must write (E empty: --llama L:H:I:V), compared with the plan.
+want_layout() {
+	pyjson "
+q, L, H, E, I, V = '$1', $2, $3, '$4', $5, $6
+want = {}
+def lin(x, i, o):
+    if q == 'fp8':
+        want[x + '.weight'] = ['F8_E4M3', [o, i]]
+        want[x + '.weight_scale'] = ['F32', [o, 1]]
+        want[x + '.input_scale'] = ['F32', [1]]
+    else:
+        want[x + '.qweight'] = ['I32', [i // 8, o]]
+        want[x + '.qzeros'] = ['I32', [i // 128, o // 8]]
+        want[x + '.scales'] = ['F16', [i // 128, o]]
+        want[x + '.g_idx'] = ['I32', [i]]
+def mlp(b):
+    lin(b + '.gate_proj', H, I); lin(b + '.up_proj', H, I); lin(b + '.down_proj', I, H)
+want['model.embed_tokens.weight'] = ['BF16', [V, H]]
+for l in range(L):
+    p = 'model.layers.%d.' % l
+    for a in 'qkvo':
+        lin(p + 'self_attn.%s_proj' % a, H, H)
+    if E:
+        want[p + 'mlp.gate.weight'] = ['BF16', [int(E), H]]
+        for x in range(int(E)):
+            mlp(p + 'mlp.experts.%d' % x)
+    else:
+        mlp(p + 'mlp')
+    want[p + 'input_layernorm.weight'] = ['BF16', [H]]
+    want[p + 'post_attention_layernorm.weight'] = ['BF16', [H]]
+want['model.norm.weight'] = ['BF16', [H]]
+want['lm_head.weight'] = ['BF16', [V, H]]
+got = {t['name']: [t['dtype'], t['shape']] for t in d['tensors']}
+assert len(got) == len(d['tensors'])
+diff = [k for k in set(got) | set(want) if got.get(k) != want.get(k)]
+assert not diff, sorted(diff)[:10]
+"
+}
+QF="$T/moe-fp8"
+"$MK" -q --moe 2:256:4:128:512 --quant fp8 --shards 3 --index "$QF"
+expect 0 "$PLAN" --json "$QF"
+# embed + 2 x (4 x 3 attention + router + 4 experts x 3 x 3 + 2 norms) + norm + head
+pyjson "assert len(d['tensors']) == 1 + 2 * (4 * 3 + 1 + 4 * 3 * 3 + 2) + 2 == 105, len(d['tensors'])"
+pyjson "
+t = {t['name']: (t['dtype'], t['shape'], t['nbytes']) for t in d['tensors']}
+x = 'model.layers.1.mlp.experts.3.down_proj'
+assert t[x + '.weight'] == ('F8_E4M3', [256, 128], 32768), t[x + '.weight']
+assert t[x + '.weight_scale'] == ('F32', [256, 1], 1024), t[x + '.weight_scale']
+assert t[x + '.input_scale'] == ('F32', [1], 4), t[x + '.input_scale']
+assert t['model.layers.1.mlp.gate.weight'] == ('BF16', [4, 256], 2048)
+assert [n for n in t if n.startswith(x)] == [x + '.weight', x + '.weight_scale', x + '.input_scale']
+"
+want_layout fp8 2 256 4 128 512
+QG="$T/moe-gptq"
+"$MK" -q --moe 2:256:4:128:512 --quant gptq --shards 3 --index "$QG"
+expect 0 "$PLAN" --json "$QG"
+# embed + 2 x (4 x 4 attention + router + 4 experts x 3 x 4 + 2 norms) + norm + head
+pyjson "assert len(d['tensors']) == 1 + 2 * (4 * 4 + 1 + 4 * 3 * 4 + 2) + 2 == 137, len(d['tensors'])"
+pyjson "
+t = {t['name']: (t['dtype'], t['shape'], t['nbytes']) for t in d['tensors']}
+x = 'model.layers.1.mlp.experts.3.down_proj'
+assert t[x + '.qweight'] == ('I32', [16, 256], 16384), t[x + '.qweight']
+assert t[x + '.qzeros'] == ('I32', [1, 32], 128), t[x + '.qzeros']
+assert t[x + '.scales'] == ('F16', [1, 256], 512), t[x + '.scales']
+assert t[x + '.g_idx'] == ('I32', [128], 512), t[x + '.g_idx']
+g = 'model.layers.0.mlp.experts.0.gate_proj'
+assert t[g + '.qweight'] == ('I32', [32, 128], 16384), t[g + '.qweight']
+assert t[g + '.qzeros'] == ('I32', [2, 16], 128), t[g + '.qzeros']
+assert t[g + '.scales'] == ('F16', [2, 128], 512), t[g + '.scales']
+assert t[g + '.g_idx'] == ('I32', [256], 1024), t[g + '.g_idx']
+assert x + '.weight' not in t and 'model.layers.0.self_attn.q_proj.weight' not in t
+"
+want_layout gptq 2 256 4 128 512
+# The headers themselves, read with python3's json from the first 8 + N bytes.
+if [ "$have_python" = yes ]; then
+	python3 - "$QG" <<'EOF' || fail "gptq headers"
+import glob, json, struct, sys
+seen = {}
+for f in sorted(glob.glob(sys.argv[1] + "/model-*.safetensors")):
+    with open(f, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        h = json.loads(fh.read(n))
+    h.pop("__metadata__")
+    seen.update({k: (v["dtype"], v["shape"]) for k, v in h.items()})
+idx = json.load(open(sys.argv[1] + "/model.safetensors.index.json"))["weight_map"]
+assert sorted(seen) == sorted(idx) and len(seen) == 137, len(seen)
+x = "model.layers.0.self_attn.o_proj"
+assert seen[x + ".qweight"] == ("I32", [32, 256]) and seen[x + ".qzeros"] == ("I32", [2, 32])
+assert seen[x + ".scales"] == ("F16", [2, 256]) and seen[x + ".g_idx"] == ("I32", [256])
+EOF
+fi
+# --llama too: the attention and the dense MLP.
+"$MK" -q --llama 2:256:384:100 --quant gptq "$T/llama-gptq"
+expect 0 "$PLAN" --json "$T/llama-gptq"
+pyjson "assert len(d['tensors']) == 1 + 2 * (7 * 4 + 2) + 2 == 63, len(d['tensors'])"
+want_layout gptq 2 256 '' 384 100
+"$MK" -q --llama 1:64:96:100 --quant fp8 "$T/llama-fp8"
+expect 0 "$PLAN" --json "$T/llama-fp8"
+want_layout fp8 1 64 '' 96 100
+# --quant none is the default: bf16 as before.
+"$MK" -q --moe 1:256:2:128:512 --quant none "$T/moe-none"
+expect 0 "$PLAN" --json "$T/moe-none"
+pyjson "assert all(t['dtype'] == 'BF16' for t in d['tensors']) and len(d['tensors']) == 16, d"
+# gptq's rule, in % 128 == 0 and out % 8 == 0: a usage error naming the linear.
+run "$MK" --moe 1:100:2:64:512 --quant gptq "$T/bad-gptq"
+[ "$rc" -eq 2 ] || fail "mkckpt --moe 1:100:2:64:512 --quant gptq: exit $rc, want 2"
+err_has 'placefs-mkckpt: --quant gptq: linear "model.layers.0.self_attn.q_proj" (in 100, out 100): gptq needs in % 128 == 0 (group size 128) and out % 8 == 0'
+[ "$(wc -l <"$T/err")" -eq 1 ] || fail "--quant gptq: want one line on stderr"
+[ ! -e "$T/bad-gptq" ] || fail "--quant gptq: a refused shape wrote $T/bad-gptq"
+run "$MK" --moe 1:128:2:64:512 --quant gptq "$T/bad-gptq"
+[ "$rc" -eq 2 ] || fail "mkckpt --moe 1:128:2:64:512 --quant gptq: exit $rc, want 2"
+err_has 'linear "model.layers.0.mlp.experts.0.down_proj" (in 64, out 128)'
+run "$MK" --llama 1:128:132:10 --quant gptq "$T/bad-gptq"
+[ "$rc" -eq 2 ] || fail "mkckpt --llama 1:128:132:10 --quant gptq: exit $rc, want 2"
+err_has 'linear "model.layers.0.mlp.gate_proj" (in 128, out 132)'
+# fp8 has no such rule.
+"$MK" -q --moe 1:100:2:64:512 --quant fp8 "$T/fp8-odd"
+# Unknown names, no layout to quantize, and the tensor-count limits with --quant.
+run "$MK" --moe 2:256:4:128:512 --quant x "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --quant x: exit $rc, want 2"
+err_has "placefs-mkckpt: --quant x: unknown quantization (want fp8 or gptq)"
+run "$MK" --moe 2:256:4:128:512 --quant FP8 "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --quant FP8: exit $rc, want 2"
+run "$MK" --moe 2:256:4:128:512 "$T/x" --quant
+[ "$rc" -eq 2 ] || fail "mkckpt --quant without a value: exit $rc, want 2"
+run "$MK" --quant fp8 --tensor a:F32:1 "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --quant without --llama or --moe: exit $rc, want 2"
+err_has "--quant fp8 applies to --llama and --moe"
+run "$MK" --quant gptq --moe 1000:128:167:128:8 "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --moe 1000:128:167:128:8 --quant gptq: exit $rc, want 2"
+err_has "L x E x 3 x 4 expert tensors is more than 2000000"
+run "$MK" --llama 100000:128:128:8 --quant fp8 "$T/x"
+[ "$rc" -eq 2 ] || fail "mkckpt --llama 100000:128:128:8 --quant fp8: exit $rc, want 2"
+err_has "L x 23 layer tensors is more than 2000000"
+[ ! -e "$T/x" ] || fail "a refused --quant wrote $T/x"
+
 # ---- prefixes, on a small Llama-shaped model in two shards with an index ----
 LL="$T/llama"
 "$MK" -q --llama 2:64:128:256 --shards 2 --index "$LL"

@@ -43,6 +43,21 @@ struct specs {
 	size_t n, alloc;
 };
 
+/*
+ * --quant: how the linear projections of --llama and --moe are stored.
+ * QUANT_NONE is one BF16 X.weight per linear X; QUANT_FP8 and QUANT_GPTQ
+ * are the layouts of add_linear().
+ */
+enum quant { QUANT_NONE = 0, QUANT_FP8, QUANT_GPTQ };
+
+static const char *const quant_names[] = {"none", "fp8", "gptq"};
+/* Tensors per linear projection, by enum quant. */
+static const unsigned quant_tensors[] = {1, 3, 4};
+
+/* GPTQ/AWQ int4: input rows per scale group, and int4 values per I32 word. */
+#define GPTQ_GROUP 128u
+#define GPTQ_PACK  8u
+
 struct opts {
 	uint64_t seed;
 	uint64_t random_n;
@@ -54,6 +69,7 @@ struct opts {
 	uint64_t llama[4]; /* layers, hidden, intermediate, vocab */
 	int have_moe;
 	uint64_t moe[5]; /* layers, hidden, experts, expert intermediate, vocab */
+	enum quant quant;
 	char **tensor_args;
 	size_t ntensor_args;
 	char **meta; /* key/value pairs */
@@ -93,6 +109,16 @@ static void usage(FILE *f)
 	           "                        attention, a router and E experts of three HxI\n"
 	           "                        matrices (L, E at most 100000, H, I, V at most\n"
 	           "                        4294967295)\n"
+	           "  --quant fp8|gptq      quantize the linear projections of --llama and\n"
+	           "                        --moe (attention q/k/v/o, mlp and expert\n"
+	           "                        gate/up/down); embedding, norms, router and\n"
+	           "                        lm_head stay bf16. A linear X (in -> out) becomes\n"
+	           "                        fp8:  X.weight F8_E4M3 [out, in], X.weight_scale\n"
+	           "                              F32 [out, 1], X.input_scale F32 [1]\n"
+	           "                        gptq: X.qweight I32 [in/8, out], X.qzeros I32\n"
+	           "                              [in/128, out/8], X.scales F16 [in/128, out],\n"
+	           "                              X.g_idx I32 [in]; needs in %% 128 == 0 and\n"
+	           "                              out %% 8 == 0 (default none: bf16 X.weight)\n"
 	           "  --shards K            split into K shards of about equal bytes (default 1)\n"
 	           "  --index               write model.safetensors.index.json (directory output)\n"
 	           "  --metadata K=V        __metadata__ entry (repeatable; default format=pt)\n"
@@ -211,20 +237,84 @@ static char *xasprintf(const char *fmt, ...)
 #define BF    PLACEFS_DT_BF16
 #define LAYER "model.layers.%" PRIu64
 
-/* Layer i's q/k/v/o projections, [H, H] each. */
-static int add_attn(struct specs *s, uint64_t i, uint64_t H)
+/*
+ * The tensors of linear projection `base` (freed here) from `in` to `out`
+ * features, stored as --quant says:
+ *   none: base.weight BF16 [out, in]
+ *   fp8:  base.weight F8_E4M3 [out, in], base.weight_scale F32 [out, 1] (per
+ *         output channel), base.input_scale F32 [1] (per tensor), as
+ *         llm-compressor and vLLM write FP8 checkpoints
+ *   gptq: base.qweight I32 [in/8, out] (eight int4 along the input per word),
+ *         base.qzeros I32 [in/128, out/8], base.scales F16 [in/128, out] (one
+ *         group per 128 inputs), base.g_idx I32 [in] (the group of each input)
+ * GPTQ needs in % 128 == 0 and out % 8 == 0: a usage error naming the linear.
+ */
+static int add_linear(struct specs *s, enum quant q, char *base, uint64_t in, uint64_t out)
+{
+	const uint64_t one = 1;
+	int rc = 0;
+
+	if (!base) {
+		die_msg("out of memory");
+		return -ENOMEM;
+	}
+	switch (q) {
+	case QUANT_NONE:
+		rc = add_spec(s, xasprintf("%s.weight", base), BF, 2, shape_of(2, out, in));
+		break;
+	case QUANT_FP8:
+		rc = add_spec(s, xasprintf("%s.weight", base), PLACEFS_DT_F8_E4M3, 2,
+		              shape_of(2, out, in));
+		if (rc == 0)
+			rc = add_spec(s, xasprintf("%s.weight_scale", base), PLACEFS_DT_F32, 2,
+			              shape_of(2, out, one));
+		if (rc == 0)
+			rc = add_spec(s, xasprintf("%s.input_scale", base), PLACEFS_DT_F32, 1,
+			              shape_of(1, one));
+		break;
+	case QUANT_GPTQ: {
+		const uint64_t groups = in / GPTQ_GROUP;
+
+		if (in % GPTQ_GROUP != 0 || out % GPTQ_PACK != 0) {
+			die_msg("--quant gptq: linear \"%s\" (in %" PRIu64 ", out %" PRIu64
+			        "): gptq needs in %% %u == 0 (group size %u) and out %% %u == 0 "
+			        "(%u int4 values per I32)",
+			        base, in, out, GPTQ_GROUP, GPTQ_GROUP, GPTQ_PACK, GPTQ_PACK);
+			rc = -EINVAL;
+			break;
+		}
+		rc = add_spec(s, xasprintf("%s.qweight", base), PLACEFS_DT_I32, 2,
+		              shape_of(2, in / GPTQ_PACK, out));
+		if (rc == 0)
+			rc = add_spec(s, xasprintf("%s.qzeros", base), PLACEFS_DT_I32, 2,
+			              shape_of(2, groups, out / GPTQ_PACK));
+		if (rc == 0)
+			rc = add_spec(s, xasprintf("%s.scales", base), PLACEFS_DT_F16, 2,
+			              shape_of(2, groups, out));
+		if (rc == 0)
+			rc = add_spec(s, xasprintf("%s.g_idx", base), PLACEFS_DT_I32, 1,
+			              shape_of(1, in));
+		break;
+	}
+	default: rc = -EINVAL; break;
+	}
+	free(base);
+	return rc;
+}
+
+/* Layer i's q/k/v/o projections, H -> H each. */
+static int add_attn(struct specs *s, enum quant q, uint64_t i, uint64_t H)
 {
 	static const char *const attn[] = {"q", "k", "v", "o"};
 	int rc = 0;
 
 	for (int a = 0; rc == 0 && a < 4; a++)
-		rc = add_spec(s, xasprintf(LAYER ".self_attn.%s_proj.weight", i, attn[a]), BF, 2,
-		              shape_of(2, H, H));
+		rc = add_linear(s, q, xasprintf(LAYER ".self_attn.%s_proj", i, attn[a]), H, H);
 	return rc;
 }
 
-/* base.gate_proj and base.up_proj [I, H], base.down_proj [H, I]; base is freed. */
-static int add_mlp(struct specs *s, char *base, uint64_t I, uint64_t H)
+/* base.gate_proj and base.up_proj H -> I, base.down_proj I -> H; base is freed. */
+static int add_mlp(struct specs *s, enum quant q, char *base, uint64_t I, uint64_t H)
 {
 	int rc = 0;
 
@@ -233,11 +323,11 @@ static int add_mlp(struct specs *s, char *base, uint64_t I, uint64_t H)
 		return -ENOMEM;
 	}
 	if (rc == 0)
-		rc = add_spec(s, xasprintf("%s.gate_proj.weight", base), BF, 2, shape_of(2, I, H));
+		rc = add_linear(s, q, xasprintf("%s.gate_proj", base), H, I);
 	if (rc == 0)
-		rc = add_spec(s, xasprintf("%s.up_proj.weight", base), BF, 2, shape_of(2, I, H));
+		rc = add_linear(s, q, xasprintf("%s.up_proj", base), H, I);
 	if (rc == 0)
-		rc = add_spec(s, xasprintf("%s.down_proj.weight", base), BF, 2, shape_of(2, H, I));
+		rc = add_linear(s, q, xasprintf("%s.down_proj", base), I, H);
 	free(base);
 	return rc;
 }
@@ -263,16 +353,16 @@ static int add_head(struct specs *s, uint64_t V, uint64_t H)
 	return rc;
 }
 
-static int add_llama(struct specs *s, const uint64_t *l)
+static int add_llama(struct specs *s, const uint64_t *l, enum quant q)
 {
 	const uint64_t L = l[0], H = l[1], I = l[2], V = l[3];
 	int rc;
 
 	rc = add_spec(s, xasprintf("model.embed_tokens.weight"), BF, 2, shape_of(2, V, H));
 	for (uint64_t i = 0; rc == 0 && i < L; i++) {
-		rc = add_attn(s, i, H);
+		rc = add_attn(s, q, i, H);
 		if (rc == 0)
-			rc = add_mlp(s, xasprintf(LAYER ".mlp", i), I, H);
+			rc = add_mlp(s, q, xasprintf(LAYER ".mlp", i), I, H);
 		if (rc == 0)
 			rc = add_norms(s, i, H);
 	}
@@ -282,21 +372,22 @@ static int add_llama(struct specs *s, const uint64_t *l)
 /*
  * A mixture-of-experts model in the layout of Qwen-MoE / Mixtral checkpoints
  * on the Hugging Face hub: per layer q/k/v/o projections (HxH), a router
- * (ExH), E experts of gate/up (IxH) and down (HxI) projections, two norms.
+ * (ExH, never quantized), E experts of gate/up (IxH) and down (HxI)
+ * projections, two norms.
  */
-static int add_moe(struct specs *s, const uint64_t *m)
+static int add_moe(struct specs *s, const uint64_t *m, enum quant q)
 {
 	const uint64_t L = m[0], H = m[1], E = m[2], I = m[3], V = m[4];
 	int rc;
 
 	rc = add_spec(s, xasprintf("model.embed_tokens.weight"), BF, 2, shape_of(2, V, H));
 	for (uint64_t i = 0; rc == 0 && i < L; i++) {
-		rc = add_attn(s, i, H);
+		rc = add_attn(s, q, i, H);
 		if (rc == 0)
 			rc = add_spec(s, xasprintf(LAYER ".mlp.gate.weight", i), BF, 2,
 			              shape_of(2, E, H));
 		for (uint64_t x = 0; rc == 0 && x < E; x++)
-			rc = add_mlp(s, xasprintf(LAYER ".mlp.experts.%" PRIu64, i, x), I, H);
+			rc = add_mlp(s, q, xasprintf(LAYER ".mlp.experts.%" PRIu64, i, x), I, H);
 		if (rc == 0)
 			rc = add_norms(s, i, H);
 	}
@@ -673,6 +764,7 @@ enum {
 	OPT_SHARDS,
 	OPT_INDEX,
 	OPT_METADATA,
+	OPT_QUANT,
 };
 
 static const struct option long_opts[] = {
@@ -685,6 +777,7 @@ static const struct option long_opts[] = {
         {"shards", required_argument, NULL, OPT_SHARDS},
         {"index", no_argument, NULL, OPT_INDEX},
         {"metadata", required_argument, NULL, OPT_METADATA},
+        {"quant", required_argument, NULL, OPT_QUANT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
@@ -758,6 +851,56 @@ static int parse_moe(const char *arg, uint64_t *v)
 	if (__builtin_mul_overflow(v[0], v[2], &n) || n > RANDOM_MAX / 3) {
 		die_msg("--moe %s: L x E x 3 expert tensors is more than %llu", arg,
 		        (unsigned long long)RANDOM_MAX);
+		return -ERANGE;
+	}
+	return 0;
+}
+
+static int parse_quant(const char *arg, enum quant *q)
+{
+	for (size_t i = 0; i < sizeof(quant_names) / sizeof(quant_names[0]); i++) {
+		if (strcmp(arg, quant_names[i]) == 0) {
+			*q = (enum quant)i;
+			return 0;
+		}
+	}
+	die_msg("--quant %s: unknown quantization (want fp8 or gptq)", arg);
+	return -EINVAL;
+}
+
+/*
+ * The tensor-count limits with --quant, once all options are known: the
+ * expert tensors of --moe (L x E x 3 linears x tensors per linear) and the
+ * layer tensors of --llama (L x (7 linears x tensors per linear + 2 norms))
+ * at most RANDOM_MAX, as --random. Without --quant both hold by the ranges
+ * parse_moe() and parse_llama() enforce.
+ */
+static int check_quant(const struct opts *o)
+{
+	const uint64_t k = quant_tensors[o->quant];
+	uint64_t n;
+
+	if (o->quant == QUANT_NONE)
+		return 0;
+	if (!o->have_llama && !o->have_moe) {
+		die_msg("--quant %s applies to --llama and --moe; give one of them",
+		        quant_names[o->quant]);
+		return -EINVAL;
+	}
+	if (o->have_moe && (__builtin_mul_overflow(o->moe[0], o->moe[2], &n) ||
+	                    __builtin_mul_overflow(n, 3 * k, &n) || n > RANDOM_MAX)) {
+		die_msg("--moe %" PRIu64 ":%" PRIu64 ":%" PRIu64 ":%" PRIu64 ":%" PRIu64
+		        " --quant %s: L x E x 3 x %" PRIu64 " expert tensors is more than %llu",
+		        o->moe[0], o->moe[1], o->moe[2], o->moe[3], o->moe[4],
+		        quant_names[o->quant], k, RANDOM_MAX);
+		return -ERANGE;
+	}
+	if (o->have_llama &&
+	    (__builtin_mul_overflow(o->llama[0], 7 * k + 2, &n) || n > RANDOM_MAX)) {
+		die_msg("--llama %" PRIu64 ":%" PRIu64 ":%" PRIu64 ":%" PRIu64
+		        " --quant %s: L x %" PRIu64 " layer tensors is more than %llu",
+		        o->llama[0], o->llama[1], o->llama[2], o->llama[3], quant_names[o->quant],
+		        7 * k + 2, RANDOM_MAX);
 		return -ERANGE;
 	}
 	return 0;
@@ -839,6 +982,10 @@ static int parse_args(int argc, char **argv, struct opts *o, int *done)
 			}
 			break;
 		case OPT_INDEX: o->index = 1; break;
+		case OPT_QUANT:
+			if (parse_quant(optarg, &o->quant))
+				return EXIT_USAGE;
+			break;
 		case OPT_METADATA: {
 			char *eq = strchr(optarg, '=');
 
@@ -882,6 +1029,8 @@ static int parse_args(int argc, char **argv, struct opts *o, int *done)
 		die_msg("OUT is empty");
 		return EXIT_USAGE;
 	}
+	if (check_quant(o))
+		return EXIT_USAGE;
 	return EXIT_OK;
 }
 
@@ -904,11 +1053,11 @@ int main(int argc, char **argv)
 	if (status != EXIT_OK || done)
 		goto out;
 	/* Bad tensor specs are usage errors; failures after this point are not. */
-	if (o.have_llama && add_llama(&s, o.llama) != 0) {
+	if (o.have_llama && add_llama(&s, o.llama, o.quant) != 0) {
 		status = EXIT_USAGE;
 		goto out;
 	}
-	if (o.have_moe && add_moe(&s, o.moe) != 0) {
+	if (o.have_moe && add_moe(&s, o.moe, o.quant) != 0) {
 		status = EXIT_USAGE;
 		goto out;
 	}
