@@ -24,6 +24,10 @@
 #              without --verify; the C client's
 #              batches (placefs-stage --batch 64 --verify and its pace,
 #              tests/test_stage_ioctl batch) into device memory
+#   example-loader  tests/example-loader --verify on a mount of the llama
+#              checkpoint (every gpu-placed tensor in batches into one device
+#              allocation, byte-exact against read()), then its pace and
+#              placefs-stage --all's, each on a fresh mount
 #   devmem     the daemon's device memory (nvidia-smi) against the ring size
 #              plus a CUDA context (a daemon with a 4 KiB ring)
 #   mount-stage, python-loader, gpu-smoke: the repo's own scripts
@@ -290,7 +294,7 @@ do_build() {
 	fi
 	make -j"$JOBS"
 	make -j"$JOBS" check TESTS= # builds the test programs without running them
-	ls -l fs/placefs tools/placefs-stage tests/test_stage_ioctl
+	ls -l fs/placefs tools/placefs-stage tests/test_stage_ioctl tests/example-loader
 }
 
 do_unit() {
@@ -525,6 +529,32 @@ EOF
 	fi
 }
 
+# The documented C loader (tests/example-loader.c) on the Llama: every gpu-placed tensor
+# into one device allocation in batches, --verify against read(), then its pace on a
+# fresh mount beside placefs-stage --all's (default batches) on another.
+do_example_loader() {
+	local out sout limit=64M
+	MP=$WORK/mnt
+	fuse_ok || exit 77
+	trap 'unmount "$MP"; show_log' EXIT
+	[ "$SIZE" = small ] && limit=4M
+	mount_ckpt "$WORK/llama" "$MP" "buffer_size=$limit,device=$DEV"
+	out=$(last_line "$BUILD/tests/example-loader" --verify "$MP")
+	echo "$out"
+	echo "$out" | grep -Eq '^verify: ([0-9]+) of \1 tensors byte-exact$'
+	unmount "$MP"
+	mount_ckpt "$WORK/llama" "$MP" "buffer_size=$limit,device=$DEV"
+	out=$(last_line "$BUILD/tests/example-loader" "$MP")
+	echo "$out"
+	unmount "$MP"
+	mount_ckpt "$WORK/llama" "$MP" "buffer_size=$limit,device=$DEV"
+	sout=$(last_line "$BUILD/tools/placefs-stage" -q --all "$MP")
+	echo "$sout"
+	echo "NOTE: fresh mounts: example-loader $(echo "$out" | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p')" \
+		"GB/s, placefs-stage --all $(echo "$sout" | sed -n 's/.* \([0-9.]*\) GB\/s.*/\1/p') GB/s;" \
+		"verified byte-exact"
+}
+
 # The device memory of process $1 in MiB (nvidia-smi), or empty.
 gpu_mem_of() {
 	nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
@@ -726,7 +756,7 @@ do_slices() {
 
 export -f B_MKCKPT fuse_ok is_mounted unmount mount_ckpt show_log stat_get last_line expect_fail \
 	do_build do_unit do_ckpt do_seed do_ioctl do_wrap do_pressure do_concurrent do_llama \
-	gpu_mem_of gpu_used devmem_context devmem_limit devmem_watch do_devmem do_mount_stage \
+	do_example_loader gpu_mem_of gpu_used devmem_context devmem_limit devmem_watch do_devmem do_mount_stage \
 	do_python do_gpu_smoke do_slices
 export JOBS
 
@@ -753,6 +783,7 @@ step wrap 120 bash -c 'set -eu; do_wrap'
 step pressure 120 bash -c 'set -eu; do_pressure'
 step concurrent 300 bash -c 'set -eu; do_concurrent'
 step llama 600 bash -c 'set -eu; do_llama'
+step example-loader 300 bash -c 'set -eu; do_example_loader'
 step devmem 300 bash -c 'set -eu; do_devmem'
 step mount-stage 400 bash -c 'set -eu; do_mount_stage'
 step python-loader 400 bash -c 'set -eu; do_python'
