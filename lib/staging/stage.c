@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The stager's life and its public entry points: create/free and the
+ * settings read at create, leases, and staging (stage, copy-out, direct
+ * copies, release, stats). Its parts are stage_io.c (the job queue, the
+ * I/O threads and their bounce chunks), stage_slice.c (strided slice
+ * reads) and stage_prefetch.c (prefetch); stage_i.h holds what they share.
+ */
 #include "config.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,26 +17,11 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "staging/gate.h"
-#include "common/io.h"
 #include "staging/ring.h"
 #include "staging/stage.h"
+#include "staging/stage_i.h"
 #include "staging/zerocopy.h"
 
-/*
- * Locking: one mutex (st->lock) guards the job queue, job progress, leases
- * and prefetch state. Lock order is st->lock, then the ring's lock (the ring
- * never calls back with its lock held). No file or device I/O happens under
- * st->lock, and the zero-copy registry (its own lock) is called without it.
- */
-
-#define LEASE_BUCKETS 256
-/* How far ahead of the prefetch cursor a foreground stage looks for its key. */
-#define PF_WINDOW 4096
-/* Back-stop period for the prefetch thread's waits. */
-#define PF_POLL_NS (200ULL * 1000 * 1000)
-/* At most this many prefetches are issued by a releasing thread (pf_kick). */
-#define PF_KICK 4
 /*
  * An I/O thread that finished a piece polls the queue this long before it
  * sleeps (PLACEFS_STAGE_SPIN_US overrides it; 0 = sleep at once): the next
@@ -38,575 +29,6 @@
  * takes tens of microseconds to wake.
  */
 #define IO_SPIN_US_DEFAULT 200
-
-/*
- * Zero-copy staging (lib/staging/zerocopy.h): a job whose bytes lie in a shard the
- * registry has registered is one piece, run by one I/O thread as one DMA
- * from the shard's mapping into the ring over the zero-copy streams of the
- * thread's bounce chunks; the registry then checks that the shard did not
- * change, and the tensor fails with -EIO (its span given back) when it did.
- * Every other job takes the bounce path.
- */
-
-struct job {
-	struct job *qnext;
-	int fd;
-	uint64_t file_off;
-	uint64_t nbytes;
-	uint64_t ring_off;
-	/*
-	 * A direct copy (copy mode without the ring): pieces go to destination
-	 * bytes dest_off + their offset instead of ring_off + it.
-	 */
-	struct placefs_backend_target *tgt;
-	uint64_t dest_off;
-	uint64_t npieces;
-	uint64_t piece_bytes; /* ring bytes per piece (the last may be shorter) */
-	/*
-	 * A strided slice: nbytes are lay.nbytes, read from file_off + the
-	 * layout's segments; rows_mode: one pread of the rows a piece spans,
-	 * compacted in place, else one pread per segment. Contiguous jobs have
-	 * strided false (file_off and nbytes are the range itself).
-	 */
-	bool strided;
-	bool rows_mode;
-	struct placefs_slice_layout lay;
-	uint64_t next;                   /* next piece to hand out */
-	uint64_t done;                   /* pieces finished (read + copy waited for, or skipped) */
-	int prio;                        /* 1: a foreground request; 0: prefetch */
-	struct placefs_zerocopy_src *zc; /* zero-copy source (one piece); NULL: bounce path */
-	int rc;                          /* first error; read atomically to skip remaining pieces */
-	bool finished;
-	struct placefs_error err;
-	const char *name;
-	uint64_t t_start;
-	uint64_t t_end;
-	/* Called under st->lock when the job finishes; may free the job. */
-	void (*done_cb)(struct placefs_stager *st, struct job *j);
-};
-
-/* A pending copy in one of an I/O thread's chunks. */
-struct pend {
-	struct job *job;
-};
-
-struct io_thread {
-	struct placefs_stager *st;
-	pthread_t tid;
-	unsigned nslots;
-	unsigned *chunks; /* the backend chunks this thread owns */
-	struct pend *pend;
-	unsigned npending;
-	unsigned rr; /* next slot to fill */
-	bool started;
-};
-
-struct lease {
-	struct lease *next;
-	uint64_t id; /* the ring span id */
-	uint64_t ring_off;
-	uint64_t nbytes;
-	uint64_t owner;
-	unsigned refs; /* copies out of it in progress */
-	bool released; /* ended while a copy was running */
-};
-
-enum pf_state {
-	PF_INFLIGHT,
-	PF_DONE,
-};
-
-struct pf_entry {
-	struct pf_entry *next;
-	uint64_t key;
-	int fd;
-	uint64_t off;
-	uint64_t nbytes;
-	uint64_t span_id;
-	uint64_t ring_off;
-	enum pf_state state;
-	bool adopted; /* a foreground stage took it: never evicted */
-	bool evict;   /* give it back as soon as it finishes */
-	struct job job;
-	char name[48];
-};
-
-struct counters {
-	uint64_t staged[2];
-	uint64_t staged_bytes[2];
-	uint64_t copied_out;
-	uint64_t leases;
-	uint64_t released;
-	uint64_t errors;
-	uint64_t read_bytes;
-	uint64_t prefetch_issued;
-	uint64_t prefetch_hits;
-	uint64_t prefetch_evicted;
-	uint64_t prefetch_cancelled;
-	uint64_t prefetch_held;
-	uint64_t slices;
-	uint64_t slice_bytes;
-	uint64_t strided_read_bytes;
-	uint64_t direct_stages;
-	uint64_t direct_bytes;
-};
-
-struct placefs_stager {
-	struct placefs_backend *be;
-	struct placefs_gate *gate; /* borrowed from the config; NULL: none */
-	struct placefs_backend_info info;
-	struct placefs_ring *ring;
-
-	bool sync_ok; /* lock and condition variables initialised */
-	pthread_mutex_t lock;
-	pthread_cond_t work_cond; /* I/O threads: work queued or stopping */
-	pthread_cond_t done_cond; /* a job finished */
-	pthread_cond_t pf_cond;   /* prefetch thread: something changed */
-
-	struct job *q_head;
-	struct job *q_tail;
-	uint64_t q_submits; /* jobs queued so far; atomic, polled by io_spin() */
-	bool stopping;      /* atomic stores: io_spin() polls it unlocked */
-	uint64_t spin_ns;   /* io_spin() window; 0 = off */
-	enum placefs_stage_slice_read slice_read; /* resolved: AUTO means the per-tensor rule */
-	bool direct;                              /* copy mode skips the ring (resolved) */
-
-	struct io_thread *threads;
-	unsigned nthreads;
-
-	struct lease *leases[LEASE_BUCKETS];
-
-	/* Prefetch. */
-	bool pf_enabled;
-	bool pf_started;
-	bool pf_stop;
-	pthread_t pf_tid;
-	struct placefs_prefetch_item *hints;
-	size_t nhints;
-	size_t cursor;
-	struct pf_entry *pf;
-	unsigned pf_held;
-	unsigned pf_flight;
-	/*
-	 * Foreground requests between choosing to allocate and getting (or
-	 * giving up on) their span: prefetch takes no space meanwhile, so it
-	 * never wins space a foreground request is about to ask for.
-	 */
-	unsigned fg_allocating;
-
-	/* Zero-copy: NULL when off; zc_note says why (set at create, then constant). */
-	struct placefs_zerocopy *zc;
-	bool zc_borrowed; /* zc is another stager's (config zero_copy_shared): not freed here */
-	char zc_note[256];
-
-	struct counters c; /* atomic fields */
-};
-
-#define CNT_ADD(st, f, v) __atomic_fetch_add(&(st)->c.f, (v), __ATOMIC_RELAXED)
-#define CNT_SUB(st, f, v) __atomic_fetch_sub(&(st)->c.f, (v), __ATOMIC_RELAXED)
-#define CNT_GET(st, f)    __atomic_load_n(&(st)->c.f, __ATOMIC_RELAXED)
-
-/* ---- jobs and I/O threads ------------------------------------------------ */
-
-static void job_init(struct job *j, int fd, uint64_t file_off, uint64_t nbytes, uint64_t ring_off,
-                     uint64_t chunk, int prio, const char *name)
-{
-	memset(j, 0, sizeof(*j));
-	j->fd = fd;
-	j->file_off = file_off;
-	j->nbytes = nbytes;
-	j->ring_off = ring_off;
-	j->npieces = nbytes / chunk + (nbytes % chunk != 0);
-	j->piece_bytes = chunk;
-	j->prio = prio;
-	j->name = name;
-}
-
-/* Queues a job, or finishes an empty one at once; lock held. */
-static void job_submit(struct placefs_stager *st, struct job *j)
-{
-	j->t_start = placefs_clock_ns();
-	if (j->npieces == 0) {
-		j->finished = true;
-		j->t_end = j->t_start;
-		pthread_cond_broadcast(&st->done_cond);
-		if (j->done_cb)
-			j->done_cb(st, j);
-		return;
-	}
-	j->qnext = NULL;
-	if (st->q_tail)
-		st->q_tail->qnext = j;
-	else
-		st->q_head = j;
-	st->q_tail = j;
-	__atomic_fetch_add(&st->q_submits, 1, __ATOMIC_RELEASE);
-	if (j->npieces > 1)
-		pthread_cond_broadcast(&st->work_cond);
-	else
-		pthread_cond_signal(&st->work_cond);
-}
-
-/* Foreground jobs first, each class in arrival order; lock held. */
-static struct job *job_pick(struct placefs_stager *st)
-{
-	struct job *j;
-
-	for (j = st->q_head; j; j = j->qnext)
-		if (j->prio)
-			return j;
-	return st->q_head;
-}
-
-static void job_dequeue(struct placefs_stager *st, struct job *j)
-{
-	struct job **pp, *prev = NULL;
-
-	for (pp = &st->q_head; *pp; prev = *pp, pp = &(*pp)->qnext) {
-		if (*pp == j) {
-			*pp = j->qnext;
-			if (st->q_tail == j)
-				st->q_tail = prev;
-			j->qnext = NULL;
-			return;
-		}
-	}
-}
-
-/* Accounts one finished piece; takes the lock. */
-static void piece_done(struct placefs_stager *st, struct job *j, int rc,
-                       const struct placefs_error *e)
-{
-	pthread_mutex_lock(&st->lock);
-	if (rc != 0 && j->rc == 0) {
-		if (e)
-			j->err = *e;
-		__atomic_store_n(&j->rc, rc, __ATOMIC_RELEASE);
-	}
-	if (++j->done == j->npieces) {
-		j->finished = true;
-		j->t_end = placefs_clock_ns();
-		pthread_cond_broadcast(&st->done_cond);
-		if (j->done_cb)
-			j->done_cb(st, j); /* may free j */
-	}
-	pthread_mutex_unlock(&st->lock);
-}
-
-/*
- * Reads bytes [off, off + n) of a tensor into buf, through the mount's disk
- * gate when it has one (lib/staging/gate.h); -EIO naming the tensor otherwise.
- */
-static int read_full(struct placefs_stager *st, int fd, uint8_t *buf, uint64_t n, uint64_t off,
-                     const char *name, struct placefs_error *err)
-{
-	ssize_t r = placefs_gate_pread(st->gate, fd, buf, (size_t)n, off);
-
-	if (r < 0)
-		return placefs_error_set(
-		        err, -EIO, PLACEFS_E_IO,
-		        "tensor \"%s\": reading %llu bytes at offset %llu failed: %s", name,
-		        (unsigned long long)n, (unsigned long long)off, strerror((int)-r));
-	if ((uint64_t)r < n)
-		return placefs_error_set(
-		        err, -EIO, PLACEFS_E_IO,
-		        "tensor \"%s\": short read: the shard ends at offset %llu, "
-		        "%llu bytes before the tensor's end",
-		        name, (unsigned long long)(off + (uint64_t)r),
-		        (unsigned long long)(n - (uint64_t)r));
-	return 0;
-}
-
-/* ---- strided slices --------------------------------------------------------- */
-
-/*
- * Reads slice bytes [off, off + n) of a strided job into buf, compacted.
- * Rows mode: pieces are whole segments and the source bytes they span fit
- * the chunk (slice_plan()), so one pread brings them all and the segments
- * move down into place, front to back (each lands at or before where it was
- * read). Segments mode: one pread per segment (or part of one).
- */
-static int read_strided(struct placefs_stager *st, struct job *j, uint8_t *buf, uint64_t off,
-                        uint64_t n, struct placefs_error *err)
-{
-	const struct placefs_slice_layout *l = &j->lay;
-	uint64_t run, src = placefs_slice_src(l, off, &run), done, span, k, i;
-	int rc;
-
-	if (j->rows_mode) {
-		k = n / l->seg_bytes;
-		span = (k - 1) * l->stride + l->seg_bytes;
-		rc = read_full(st, j->fd, buf, span, j->file_off + src, j->name, err);
-		if (rc != 0)
-			return rc;
-		for (i = 1; i < k; i++)
-			memmove(buf + i * l->seg_bytes, buf + i * l->stride, (size_t)l->seg_bytes);
-		CNT_ADD(st, read_bytes, span);
-		CNT_ADD(st, strided_read_bytes, span);
-		return 0;
-	}
-	for (done = 0; done < n; done += run) {
-		src = placefs_slice_src(l, off + done, &run);
-		if (run > n - done)
-			run = n - done;
-		rc = read_full(st, j->fd, buf + done, run, j->file_off + src, j->name, err);
-		if (rc != 0)
-			return rc;
-	}
-	CNT_ADD(st, read_bytes, n);
-	CNT_ADD(st, strided_read_bytes, n);
-	return 0;
-}
-
-/*
- * Segments or rows for a strided slice with this stager's chunks. "auto":
- * rows when a chunk holds at least two rows, a whole row (the stride) is at
- * most SLICE_ROWS_STRIDE_MAX bytes and the rows read at most
- * SLICE_ROWS_RATIO times the slice's bytes. A segment costs a pread each;
- * reading whole rows costs copying the bytes skipped, twice (page cache,
- * then compaction). Measured with tests/bench/slicebench on the H200
- * machine, 16 cores, into cuda:0 (doc/STAGING.md, "Devices and slices"):
- * rows won for rows of 2-8 KiB (12.4 against 7.5 GB/s for 4 KiB segments of
- * 8 KiB rows, 3.2 against 2.3 for 1 KiB ones), segments for rows of 28 KiB
- * and more (8.5 against 6.2 GB/s for 3.5 KiB segments of 28 KiB rows).
- */
-#define SLICE_ROWS_STRIDE_MAX (16ULL << 10)
-#define SLICE_ROWS_RATIO      8
-static bool slice_rows(const struct placefs_stager *st, const struct placefs_slice_layout *l)
-{
-	uint64_t chunk = st->info.chunk_bytes;
-
-	if (l->seg_bytes > chunk || l->stride > chunk - l->seg_bytes)
-		return false; /* not two rows' worth in one chunk: rows cannot help */
-	if (st->slice_read == PLACEFS_STAGE_SLICE_ROWS)
-		return true;
-	if (st->slice_read == PLACEFS_STAGE_SLICE_SEGMENTS)
-		return false;
-	return l->stride <= SLICE_ROWS_STRIDE_MAX && l->stride / l->seg_bytes <= SLICE_ROWS_RATIO;
-}
-
-/* Makes j (fresh from job_init() over the slice's bytes) read the strided layout l. */
-static void job_set_strided(struct placefs_stager *st, struct job *j,
-                            const struct placefs_slice_layout *l)
-{
-	uint64_t chunk = st->info.chunk_bytes, k;
-
-	j->strided = true;
-	j->lay = *l;
-	j->rows_mode = slice_rows(st, l);
-	if (j->rows_mode) {
-		/* k whole segments whose rows span at most a chunk: (k-1)*stride + seg <= chunk. */
-		k = (chunk - l->seg_bytes) / l->stride + 1;
-		j->piece_bytes = k * l->seg_bytes;
-	} else {
-		j->piece_bytes = chunk;
-	}
-	j->npieces = j->nbytes / j->piece_bytes + (j->nbytes % j->piece_bytes != 0);
-}
-
-/* ---- zero-copy sources ----------------------------------------------------- */
-
-static void slots_reap_ready(struct io_thread *t, bool all);
-
-/*
- * Runs a zero-copy job (one piece) on thread t: the registry's DMA from the
- * mapping and its staleness check (lib/staging/zerocopy.h). Unlocked.
- */
-static void zc_run(struct io_thread *t, struct job *j)
-{
-	struct placefs_stager *st = t->st;
-	struct placefs_zerocopy_src *z = j->zc;
-	struct placefs_error e;
-	int rc = 0;
-
-	/*
-	 * Finish this thread's bounce copies first, so that their jobs complete
-	 * now rather than after this transfer (which runs on other streams).
-	 */
-	slots_reap_ready(t, true);
-	placefs_error_clear(&e);
-	if (__atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) == 0) {
-		/* Into this stager's ring, whichever stager's registry it is. */
-		rc = placefs_zerocopy_copy_ctx(st->zc, st->be, z, j->fd, t->chunks, t->nslots,
-		                               j->file_off, j->ring_off, j->nbytes, &e);
-		if (rc != 0)
-			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
-	}
-	j->zc = NULL;
-	placefs_zerocopy_put(st->zc, z);
-	piece_done(st, j, rc, &e);
-}
-
-/*
- * Switches a job that has not been submitted to the zero-copy path, when it
- * can be. May register the shard (slow); st->lock must not be held.
- */
-static void job_try_zc(struct placefs_stager *st, struct job *j)
-{
-	struct placefs_zerocopy_src *z;
-
-	if (!st->zc)
-		return;
-	z = placefs_zerocopy_acquire(st->zc, j->fd, j->file_off, j->nbytes);
-	if (z) {
-		j->zc = z;
-		j->npieces = 1;
-	}
-}
-
-/* Waits for the copy pending in slot s and finishes its piece. */
-static void slot_reap(struct io_thread *t, unsigned s)
-{
-	struct placefs_error e;
-	struct job *j = t->pend[s].job;
-	int rc;
-
-	placefs_error_clear(&e);
-	rc = placefs_backend_chunk_wait(t->st->be, t->chunks[s], &e);
-	if (rc != 0)
-		placefs_error_prefix(&e, "tensor \"%s\"", j->name);
-	t->pend[s].job = NULL;
-	t->npending--;
-	piece_done(t->st, j, rc, &e);
-}
-
-static void slots_reap_ready(struct io_thread *t, bool all)
-{
-	unsigned s;
-
-	for (s = 0; s < t->nslots; s++)
-		if (t->pend[s].job && (all || placefs_backend_chunk_poll(t->st->be, t->chunks[s])))
-			slot_reap(t, s);
-}
-
-/* Reads one piece into the next chunk and starts its copy; called unlocked. */
-static void piece_run(struct io_thread *t, struct job *j, uint64_t piece)
-{
-	struct placefs_stager *st = t->st;
-	struct placefs_error e;
-	uint64_t off = piece * j->piece_bytes;
-	uint64_t n = j->nbytes - off;
-	unsigned s = t->rr;
-	uint8_t *buf;
-	int rc;
-
-	if (j->zc) {
-		zc_run(t, j);
-		return;
-	}
-	t->rr = (t->rr + 1) % t->nslots;
-	if (n > j->piece_bytes)
-		n = j->piece_bytes;
-	/* The chunk may still be copying an earlier piece: wait before reuse. */
-	if (t->pend[s].job)
-		slot_reap(t, s);
-	if (__atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) != 0) {
-		piece_done(st, j, 0, NULL); /* the tensor already failed: skip */
-		return;
-	}
-	placefs_error_clear(&e);
-	buf = placefs_backend_chunk(st->be, t->chunks[s]);
-	if (j->strided)
-		rc = read_strided(st, j, buf, off, n, &e);
-	else
-		rc = read_full(st, j->fd, buf, n, j->file_off + off, j->name, &e);
-	if (rc == 0) {
-		if (!j->strided)
-			CNT_ADD(st, read_bytes, n);
-		if (j->tgt)
-			rc = placefs_backend_chunk_to_target(st->be, t->chunks[s], j->tgt,
-			                                     j->dest_off + off, n, &e);
-		else
-			rc = placefs_backend_chunk_to_ring(st->be, t->chunks[s], j->ring_off + off,
-			                                   n, &e);
-		if (rc != 0)
-			placefs_error_prefix(&e, "tensor \"%s\"", j->name);
-	}
-	if (rc != 0) {
-		piece_done(st, j, rc, &e);
-		return;
-	}
-	t->pend[s].job = j;
-	t->npending++;
-	slots_reap_ready(t, false);
-}
-
-/*
- * Polls the job queue, unlocked, for up to st->spin_ns or until a job is
- * queued or the stop comes. Lock held on entry and return; the caller looks
- * at the queue again.
- */
-static void io_spin(struct placefs_stager *st)
-{
-	uint64_t end = placefs_clock_ns() + st->spin_ns;
-	uint64_t seen = __atomic_load_n(&st->q_submits, __ATOMIC_RELAXED);
-
-	pthread_mutex_unlock(&st->lock);
-	do {
-		if (__atomic_load_n(&st->q_submits, __ATOMIC_ACQUIRE) != seen ||
-		    __atomic_load_n(&st->stopping, __ATOMIC_RELAXED))
-			break;
-		sched_yield();
-	} while (placefs_clock_ns() < end);
-	pthread_mutex_lock(&st->lock);
-}
-
-static void *io_main(void *arg)
-{
-	struct io_thread *t = arg;
-	struct placefs_stager *st = t->st;
-	bool spin = false;
-
-	pthread_mutex_lock(&st->lock);
-	for (;;) {
-		struct job *j = job_pick(st);
-		uint64_t piece;
-
-		if (!j) {
-			if (t->npending) {
-				/* Idle: finish the copies still in flight first. */
-				pthread_mutex_unlock(&st->lock);
-				slots_reap_ready(t, true);
-				pthread_mutex_lock(&st->lock);
-				continue;
-			}
-			if (st->stopping)
-				break;
-			if (spin) {
-				/*
-				 * Just worked: poll the queue for a while before
-				 * sleeping, then look again (a job may have come
-				 * just as the window closed, unlocked).
-				 */
-				spin = false;
-				io_spin(st);
-				continue;
-			}
-			pthread_cond_wait(&st->work_cond, &st->lock);
-			continue;
-		}
-		spin = st->spin_ns > 0;
-		piece = j->next++;
-		if (j->next == j->npieces)
-			job_dequeue(st, j);
-		pthread_mutex_unlock(&st->lock);
-		piece_run(t, j, piece);
-		pthread_mutex_lock(&st->lock);
-	}
-	pthread_mutex_unlock(&st->lock);
-	return NULL;
-}
-
-/* Runs a job to the end on the I/O threads; returns its first error. */
-static int job_run(struct placefs_stager *st, struct job *j)
-{
-	pthread_mutex_lock(&st->lock);
-	job_submit(st, j);
-	while (!j->finished)
-		pthread_cond_wait(&st->done_cond, &st->lock);
-	pthread_mutex_unlock(&st->lock);
-	return j->rc;
-}
 
 /* ---- leases ---------------------------------------------------------------- */
 
@@ -668,276 +90,6 @@ static int lease_add(struct placefs_stager *st, uint64_t id, uint64_t ring_off, 
 	l->next = *slot;
 	*slot = l;
 	CNT_ADD(st, leases, 1);
-	return 0;
-}
-
-/* ---- prefetch ------------------------------------------------------------- */
-
-static void pf_unlink(struct placefs_stager *st, struct pf_entry *e)
-{
-	struct pf_entry **pp;
-
-	for (pp = &st->pf; *pp; pp = &(*pp)->next) {
-		if (*pp == e) {
-			*pp = e->next;
-			break;
-		}
-	}
-	st->pf_held--;
-	__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
-	pthread_cond_signal(&st->pf_cond);
-}
-
-/* Gives a finished, unadopted prefetch back to the ring; lock held. */
-static void pf_evict(struct placefs_stager *st, struct pf_entry *e)
-{
-	pf_unlink(st, e);
-	placefs_ring_release(st->ring, e->span_id);
-	if (e->job.rc == 0 || e->job.rc == -ECANCELED)
-		CNT_ADD(st, prefetch_evicted, 1);
-	free(e);
-}
-
-/*
- * Prefetch yields to a foreground request that lacks space: every unadopted
- * prefetched span is given back, finished ones at once (the ring reclaims
- * them when they are at either end of its allocation order, as a prefetch
- * made after the foreground spans is), those in flight as soon as their job
- * ends. A job in flight with more than the bounce buffer's worth of pieces
- * still to hand out is cut short: the rest is cancelled (-ECANCELED; its
- * pieces are skipped, those handed out end first), so a foreground request
- * never waits for the whole of a large speculative read (a 1 GiB embedding
- * through a host ring of the development VM: 2.2 s). A smaller one runs to
- * its end, as the loader may still adopt it (the next tensor it asks for).
- * An adopter that finds a job cancelled stages the tensor afresh
- * (pf_adopt). Returns how many were given back at once. Lock held.
- */
-static unsigned pf_yield(struct placefs_stager *st)
-{
-	struct pf_entry *e, *next;
-	unsigned n = 0;
-
-	for (e = st->pf; e; e = next) {
-		next = e->next;
-		if (e->adopted)
-			continue;
-		if (e->state == PF_DONE) {
-			pf_evict(st, e);
-			n++;
-			continue;
-		}
-		e->evict = true;
-		if (e->job.next < e->job.npieces &&
-		    (e->job.npieces - e->job.next) * e->job.piece_bytes >
-		            st->info.host_buffer_bytes &&
-		    __atomic_load_n(&e->job.rc, __ATOMIC_RELAXED) == 0) {
-			__atomic_store_n(&e->job.rc, -ECANCELED, __ATOMIC_RELEASE);
-			CNT_ADD(st, prefetch_cancelled, 1);
-		}
-	}
-	return n;
-}
-
-/* Ring pressure hook: a foreground request must wait, so prefetch yields. */
-static void pf_on_pressure(void *arg)
-{
-	struct placefs_stager *st = arg;
-
-	pthread_mutex_lock(&st->lock);
-	pf_yield(st);
-	pthread_mutex_unlock(&st->lock);
-}
-
-/* A prefetch job finished; lock held. */
-static void pf_job_done(struct placefs_stager *st, struct job *j)
-{
-	struct pf_entry *e = (struct pf_entry *)((char *)j - offsetof(struct pf_entry, job));
-
-	e->state = PF_DONE;
-	st->pf_flight--;
-	pthread_cond_signal(&st->pf_cond);
-	if (e->adopted)
-		return; /* the adopter takes it from here */
-	if (j->rc != 0 || e->evict || placefs_ring_waiting(st->ring) > 0)
-		pf_evict(st, e);
-}
-
-static struct pf_entry *pf_find(struct placefs_stager *st, uint64_t key)
-{
-	struct pf_entry *e;
-
-	for (e = st->pf; e; e = e->next)
-		if (e->key == key)
-			return e;
-	return NULL;
-}
-
-/*
- * Issues the next prefetch hint into free ring space: 1 when it did (or
- * skipped a hint that can never be prefetched), 0 when there is nothing to
- * do now. Lock held; dropped and retaken while a shard is registered.
- */
-static int pf_issue(struct placefs_stager *st)
-{
-	static const struct timespec now_only = {0, 0};
-	const struct placefs_prefetch_item *it;
-	struct pf_entry *e;
-	uint64_t off, id;
-
-	if (st->pf_stop || st->cursor >= st->nhints || st->pf_held >= PLACEFS_STAGE_PREFETCH_MAX ||
-	    st->pf_flight >= 2 * st->nthreads || st->fg_allocating > 0 ||
-	    placefs_ring_waiting(st->ring) > 0)
-		return 0;
-	it = &st->hints[st->cursor];
-	if (it->nbytes > placefs_ring_capacity(st->ring) || pf_find(st, it->key)) {
-		st->cursor++;
-		return 1;
-	}
-	/* Only free space, and only when no foreground request waits. */
-	if (placefs_ring_alloc(st->ring, it->nbytes, &now_only, NULL, &off, &id) != 0)
-		return 0;
-	e = calloc(1, sizeof(*e));
-	if (!e) {
-		placefs_ring_release(st->ring, id);
-		return 0;
-	}
-	e->key = it->key;
-	e->fd = it->fd;
-	e->off = it->offset;
-	e->nbytes = it->nbytes;
-	e->span_id = id;
-	e->ring_off = off;
-	e->state = PF_INFLIGHT;
-	snprintf(e->name, sizeof(e->name), "prefetch key %llu", (unsigned long long)it->key);
-	job_init(&e->job, it->fd, it->offset, it->nbytes, off, st->info.chunk_bytes, 0, e->name);
-	e->job.done_cb = pf_job_done;
-	e->next = st->pf;
-	st->pf = e;
-	st->pf_held++;
-	st->pf_flight++;
-	st->cursor++;
-	__atomic_store_n(&st->c.prefetch_held, (uint64_t)st->pf_held, __ATOMIC_RELAXED);
-	CNT_ADD(st, prefetch_issued, 1);
-	if (st->zc) {
-		/*
-		 * The entry is listed (in flight) already, so an adopter waits
-		 * for it and a yield marks it; registering a new shard is slow,
-		 * so it runs unlocked.
-		 */
-		pthread_mutex_unlock(&st->lock);
-		job_try_zc(st, &e->job);
-		pthread_mutex_lock(&st->lock);
-	}
-	job_submit(st, &e->job); /* may finish (and evict) at once when empty */
-	return 1;
-}
-
-static void *pf_main(void *arg)
-{
-	struct placefs_stager *st = arg;
-
-	pthread_mutex_lock(&st->lock);
-	while (!st->pf_stop)
-		if (!pf_issue(st))
-			placefs_clock_cond_wait_ns(&st->pf_cond, &st->lock, PF_POLL_NS);
-	pthread_mutex_unlock(&st->lock);
-	return NULL;
-}
-
-/*
- * Space was just given back: the releasing thread issues the next prefetches
- * itself (at most PF_KICK of them) instead of waiting for the prefetch
- * thread to wake up, so that the next tensor's transfer starts at once when
- * the ring holds one large tensor at a time. Lock held.
- */
-static void pf_kick(struct placefs_stager *st)
-{
-	unsigned i;
-
-	if (!st->pf_enabled)
-		return;
-	for (i = 0; i < PF_KICK && pf_issue(st); i++)
-		;
-}
-
-/*
- * Takes over a prefetched copy of (key, fd, off, n) if there is one: 1 with
- * *span filled, 0 when there is none (or it failed). Lock held.
- */
-static int pf_adopt(struct placefs_stager *st, uint64_t key, int fd, uint64_t off, uint64_t n,
-                    uint64_t *span_id, uint64_t *ring_off, uint64_t *read_ns)
-{
-	struct pf_entry *e = pf_find(st, key);
-	uint64_t t0 = placefs_clock_ns();
-	int rc;
-
-	/* Another caller may be adopting it right now: then stage afresh. */
-	if (!e || e->adopted || e->fd != fd || e->off != off || e->nbytes != n)
-		return 0;
-	e->adopted = true;
-	e->evict = false;
-	if (e->state == PF_INFLIGHT) {
-		/* Its remaining pieces now go ahead of other prefetches. */
-		e->job.prio = 1;
-		while (e->state == PF_INFLIGHT)
-			pthread_cond_wait(&st->done_cond, &st->lock);
-	}
-	rc = e->job.rc;
-	*span_id = e->span_id;
-	*ring_off = e->ring_off;
-	*read_ns = placefs_clock_ns() - t0;
-	pf_unlink(st, e);
-	free(e);
-	if (rc != 0) {
-		placefs_ring_release(st->ring, *span_id);
-		return 0; /* stage it again in the foreground, with its own error */
-	}
-	return 1;
-}
-
-/* The loader asked for `key`: prefetch continues after it. Lock held. */
-static void pf_advance(struct placefs_stager *st, uint64_t key)
-{
-	size_t i, end = st->cursor + PF_WINDOW;
-
-	if (end > st->nhints)
-		end = st->nhints;
-	for (i = st->cursor; i < end; i++) {
-		if (st->hints[i].key == key) {
-			st->cursor = i + 1;
-			pthread_cond_signal(&st->pf_cond);
-			return;
-		}
-	}
-}
-
-int placefs_stager_prefetch(struct placefs_stager *st, const struct placefs_prefetch_item *items,
-                            size_t n, struct placefs_error *err)
-{
-	struct placefs_prefetch_item *copy = NULL;
-	size_t i;
-
-	if (!st->pf_enabled)
-		return 0;
-	for (i = 0; i < n; i++)
-		if (items[i].key == 0)
-			return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE,
-			                         "prefetch hint %zu has key 0", i);
-	if (n > 0) {
-		if (n > SIZE_MAX / sizeof(*copy))
-			return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
-		copy = malloc(n * sizeof(*copy));
-		if (!copy)
-			return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
-		memcpy(copy, items, n * sizeof(*copy));
-	}
-	pthread_mutex_lock(&st->lock);
-	free(st->hints);
-	st->hints = copy;
-	st->nhints = n;
-	st->cursor = 0;
-	pthread_cond_signal(&st->pf_cond);
-	pthread_mutex_unlock(&st->lock);
 	return 0;
 }
 
@@ -1260,7 +412,7 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 			t->chunks[c] = i + c * st->nthreads;
 	}
 	for (i = 0; i < st->nthreads; i++) {
-		rc = -pthread_create(&st->threads[i].tid, NULL, io_main, &st->threads[i]);
+		rc = -pthread_create(&st->threads[i].tid, NULL, stage_io_main, &st->threads[i]);
 		if (rc != 0)
 			goto fail_start;
 		st->threads[i].started = true;
@@ -1268,10 +420,10 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 	rc = zero_copy_setup(st, cfg, err);
 	if (rc != 0)
 		goto fail;
-	placefs_ring_set_pressure_hook(st->ring, pf_on_pressure, st);
+	placefs_ring_set_pressure_hook(st->ring, stage_pf_on_pressure, st);
 	st->pf_enabled = cfg->prefetch != 0;
 	if (st->pf_enabled) {
-		rc = -pthread_create(&st->pf_tid, NULL, pf_main, st);
+		rc = -pthread_create(&st->pf_tid, NULL, stage_pf_main, st);
 		if (rc != 0)
 			goto fail_start;
 		st->pf_started = true;
@@ -1362,7 +514,8 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 		key = 0; /* a prefetched span holds whole tensors, never these bytes */
 
 	pthread_mutex_lock(&st->lock);
-	if (key && pf_adopt(st, key, fd, file_offset, nbytes, &span_id, &ring_off, &read_ns)) {
+	if (key &&
+	    stage_pf_adopt(st, key, fd, file_offset, nbytes, &span_id, &ring_off, &read_ns)) {
 		rc = lease_add(st, span_id, ring_off, nbytes, owner);
 		if (rc != 0)
 			placefs_ring_release(st->ring, span_id);
@@ -1379,7 +532,7 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 		return 0;
 	}
 	if (opts && opts->key)
-		pf_advance(st, opts->key);
+		stage_pf_advance(st, opts->key);
 	st->fg_allocating++;
 	pthread_mutex_unlock(&st->lock);
 
@@ -1396,7 +549,7 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 	 * try as well: it never waits and never calls the hook, which would
 	 * need st->lock.
 	 */
-	if (rc == -ETIMEDOUT && opts && pf_yield(st) > 0)
+	if (rc == -ETIMEDOUT && opts && stage_pf_yield(st) > 0)
 		rc = placefs_ring_alloc(st->ring, nbytes, opts->deadline, opts->cancel, &ring_off,
 		                        &span_id);
 	if (--st->fg_allocating == 0)
@@ -1421,12 +574,12 @@ static int stage_one(struct placefs_stager *st, int fd, uint64_t file_offset, ui
 		                         strerror(-rc));
 	}
 
-	job_init(&job, fd, file_offset, nbytes, ring_off, st->info.chunk_bytes, 1, name);
+	stage_job_init(&job, fd, file_offset, nbytes, ring_off, st->info.chunk_bytes, 1, name);
 	if (strided)
-		job_set_strided(st, &job, slice);
+		stage_job_set_strided(st, &job, slice);
 	else
-		job_try_zc(st, &job);
-	rc = job_run(st, &job);
+		stage_job_try_zc(st, &job);
+	rc = stage_job_run(st, &job);
 	if (rc != 0) {
 		placefs_ring_release(st->ring, span_id);
 		if (err && err->code == 0)
@@ -1522,9 +675,9 @@ static bool use_direct(struct placefs_stager *st, const struct placefs_stage_opt
 		return false;
 	if (o->key && !(o->slice && !placefs_slice_contiguous(o->slice))) {
 		pthread_mutex_lock(&st->lock);
-		pf = pf_find(st, o->key) != NULL;
+		pf = stage_pf_find(st, o->key) != NULL;
 		if (!pf)
-			pf_advance(st, o->key);
+			stage_pf_advance(st, o->key);
 		pthread_mutex_unlock(&st->lock);
 	}
 	return !pf;
@@ -1560,12 +713,12 @@ static int stage_direct(struct placefs_stager *st, int fd, uint64_t file_offset,
 		placefs_error_prefix(err, "tensor \"%s\"", name);
 		return rc;
 	}
-	job_init(&job, fd, file_offset, nbytes, 0, st->info.chunk_bytes, 1, name);
+	stage_job_init(&job, fd, file_offset, nbytes, 0, st->info.chunk_bytes, 1, name);
 	job.tgt = tgt;
 	job.dest_off = dest->offset;
 	if (strided)
-		job_set_strided(st, &job, slice);
-	rc = job_run(st, &job);
+		stage_job_set_strided(st, &job, slice);
+	rc = stage_job_run(st, &job);
 	placefs_backend_target_close(st->be, tgt);
 	if (rc != 0) {
 		if (err && err->code == 0)
@@ -1648,7 +801,7 @@ int placefs_stager_release(struct placefs_stager *st, uint64_t lease, uint64_t o
 		return -ENOENT;
 	}
 	lease_end(st, l);
-	pf_kick(st);
+	stage_pf_kick(st);
 	pthread_mutex_unlock(&st->lock);
 	return 0;
 }

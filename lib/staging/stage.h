@@ -75,9 +75,9 @@
  * ($PLACEFS_STAGE_SLICE_READ): "segments" preads each row's segment
  * straight into its place in the chunk; "rows" preads the whole run of
  * rows a chunk's segments span and compacts them in place (memmove); "auto"
- * (the default) picks per tensor, see slice_mode() in stage.c for the rule
- * and doc/STAGING.md for the measurements. Strided slices never take the
- * zero-copy path and never adopt a prefetched span.
+ * (the default) picks per tensor, see slice_rows() in stage_slice.c for
+ * the rule and doc/STAGING.md for the measurements. Strided slices never
+ * take the zero-copy path and never adopt a prefetched span.
  *
  * Threads: every function except create/free may be called concurrently
  * from any number of threads. The file descriptors passed in must stay open
