@@ -4,9 +4,10 @@
 # out of tree in build/$1 with configure flags $2...
 # python3-pip (with python3-setuptools and python3-wheel) builds the Python package
 # for `make install-python` and the Python tests, without network; util-linux
-# gives script(1), the terminal of tests/progress-tty.sh.
+# gives script(1), the terminal of tests/progress-tty.sh; acl gives setfacl, the
+# ACLs of tests/mount-perms.sh.
 PLACEFS_DEB_PACKAGES="build-essential autoconf automake pkg-config libfuse3-dev fuse3 \
-libcjson-dev check python3 python3-pip python3-setuptools python3-wheel attr util-linux"
+libcjson-dev check python3 python3-pip python3-setuptools python3-wheel attr acl util-linux"
 # Test-only tools (scripts/test): sanitizer runtime, valgrind, libFuzzer, clang-format.
 PLACEFS_DEB_TEST_PACKAGES="valgrind clang clang-format"
 
