@@ -688,8 +688,9 @@ START_TEST(test_columns_exact)
 END_TEST
 
 /*
- * Packed layouts: each placement's tensors in plan order, each at the next
- * multiple of 256; layout.json gives their sizes and the first file name.
+ * Packed layouts: each placement's tensors in plan order, at the next
+ * multiple of 256 where they are not neighbours in their shard; layout.json
+ * gives their sizes and the first file name.
  */
 START_TEST(test_layout_packed)
 {
@@ -717,11 +718,47 @@ START_TEST(test_layout_packed)
 	placefs_strbuf_init(&sb);
 	ck_assert_int_eq(placefs_plan_format_layout(p, &sb), 0);
 	ck_assert_str_eq(placefs_strbuf_cstr(&sb),
-	                 "{\"align\": 256, \"first\": \"%2Ea\", \"gpu\": {\"count\": 4, "
-	                 "\"bytes\": 557, \"packed\": 769}, \"cpu\": {\"count\": 2, \"bytes\": "
-	                 "3000, \"packed\": 3024}}\n");
+	                 "{\"align\": 256, \"pack\": \"runs\", \"first\": \"%2Ea\", \"gpu\": "
+	                 "{\"count\": 4, \"bytes\": 557, \"packed\": 769}, \"cpu\": {\"count\": 2, "
+	                 "\"bytes\": 3000, \"packed\": 3024}}\n");
 	placefs_plan_free(p);
 	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/*
+ * Neighbours in a shard stay neighbours in the packed layout while the
+ * offset keeps their elements aligned: a run of them is one range of the
+ * shard's bytes. A gap in the shard, another shard, a cpu-placed tensor
+ * between them or a misaligned element starts at the next multiple of 256.
+ */
+START_TEST(test_layout_packed_runs)
+{
+	static const uint64_t s1[] = {1};
+	const struct placefs_tensor t[] = {
+	        {"a", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 1000, 8},
+	        {"b", 0, "m.safetensors", PLACEFS_DT_F32, 1, s1, 12, 1008},  /* joins: 1000 % 4 */
+	        {"c", 0, "m.safetensors", PLACEFS_DT_F32, 1, s1, 4, 1020},   /* joins */
+	        {"d", 0, "m.safetensors", PLACEFS_DT_BF16, 1, s1, 6, 1024},  /* joins: 1016 % 2 */
+	        {"e", 0, "m.safetensors", PLACEFS_DT_F32, 1, s1, 8, 1030},   /* 1022 % 4: 1024 */
+	        {"f", 0, "m.safetensors", PLACEFS_DT_U8, 1, s1, 3, 1038},    /* joins */
+	        {"g", 0, "m.safetensors", PLACEFS_DT_F64, 1, s1, 8, 1041},   /* 1035 % 8: 1280 */
+	        {"h", 1, "n.safetensors", PLACEFS_DT_U8, 1, s1, 1, 1049},    /* other shard: 1536 */
+	        {"i", 1, "n.safetensors", PLACEFS_DT_U8, 1, s1, 5000, 1050}, /* cpu */
+	        {"j", 1, "n.safetensors", PLACEFS_DT_U8, 1, s1, 2, 6050},    /* after a cpu: 1792 */
+	        {"k", 1, "n.safetensors", PLACEFS_DT_U8, 1, s1, 2, 6060},    /* a gap: 2048 */
+	};
+	static const uint64_t want[] = {0, 1000, 1012, 1016, 1024, 1032, 1280, 1536, 0, 1792, 2048};
+	struct placefs_plan_totals tot;
+	struct placefs_plan *p;
+
+	p = plan_ok(t, 11, NULL, 0, 1, 4096);
+	for (size_t i = 0; i < 11; i++)
+		ck_assert_uint_eq(placefs_plan_entry(p, i)->packed, want[i]);
+	placefs_plan_totals(p, &tot);
+	ck_assert_uint_eq(tot.packed[PLACEFS_PLACE_GPU], 2050);
+	ck_assert_uint_eq(tot.packed[PLACEFS_PLACE_CPU], 5000);
+	placefs_plan_free(p);
 }
 END_TEST
 
@@ -1330,6 +1367,7 @@ static Suite *plan_suite(void)
 	tcase_add_test(tc, test_json_exact);
 	tcase_add_test(tc, test_columns_exact);
 	tcase_add_test(tc, test_layout_packed);
+	tcase_add_test(tc, test_layout_packed_runs);
 	tcase_add_test(tc, test_json_filename);
 	tcase_add_test(tc, test_limit_parse);
 	tcase_add_test(tc, test_quoted_names);

@@ -222,9 +222,11 @@ struct placefs_ioc_batch_entry {
  * [tensor, tensor + nbytes), of which it moves the tensors the mode places:
  * copy mode the gpu-placed ones, read mode the cpu-placed ones. Each goes to
  * dest_offset + its offset in its placement's packed layout (modulo 2^64):
- * the placement's tensors in plan order, each at the first multiple of 256
- * after the one before, from 0 (.placefs/layout.json gives each layout's
- * size). A loader that lays a placement out so in one buffer at B passes
+ * the placement's tensors in plan order from 0; a tensor that directly
+ * follows the placement's one before it in the same shard starts where that
+ * one ends when that offset is a multiple of its element size, any other at
+ * the first multiple of 256 after the one before (.placefs/layout.json gives
+ * each layout's size and, as "pack": "runs", the rule's name). A loader that lays a placement out so in one buffer at B passes
  * dest_offset = B for every range and knows nothing else of the plan.
  *   in:  tensor (first index), dest_offset, nbytes (entries in the range, >= 1)
  *   out: nbytes (payload bytes moved), error (0, or the errno of the first

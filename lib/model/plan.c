@@ -38,20 +38,33 @@ static const char *tfile(const struct placefs_tensor *t)
 }
 
 /*
- * Appends a tensor of nbytes to a packed layout that ends at *end: *at is
- * where it starts (the next multiple of PLACEFS_PLAN_PACK_ALIGN), *end moves
- * past it. -EOVERFLOW past UINT64_MAX.
+ * Appends tensor t to a packed layout whose last tensor is *prev (NULL: none)
+ * and which ends at *end: *at is where t starts, *end moves past it and
+ * *prev becomes t. t follows *prev directly when it follows it directly in
+ * their shard too and the offset keeps t's elements aligned (a multiple of
+ * its element size), so neighbours in a shard stay neighbours in the layout
+ * and move as one range; otherwise at the next multiple of
+ * PLACEFS_PLAN_PACK_ALIGN. -EOVERFLOW past UINT64_MAX.
  */
-static int pack(uint64_t *end, uint64_t nbytes, uint64_t *at)
+static int pack(const struct placefs_tensor **prev, uint64_t *end, const struct placefs_tensor *t,
+                uint64_t *at)
 {
-	uint64_t a;
+	const struct placefs_tensor *p = *prev;
+	unsigned bits = placefs_dtype_bits(t->dtype);
+	uint64_t elem = bits >= 8 ? bits / 8 : 1, a;
 
-	if (__builtin_add_overflow(*end, PLACEFS_PLAN_PACK_ALIGN - 1, &a))
-		return -EOVERFLOW;
-	a &= ~(uint64_t)(PLACEFS_PLAN_PACK_ALIGN - 1);
-	if (__builtin_add_overflow(a, nbytes, end))
+	if (p && p->shard == t->shard && t->offset >= p->offset &&
+	    t->offset - p->offset == p->nbytes && *end % elem == 0) {
+		a = *end;
+	} else {
+		if (__builtin_add_overflow(*end, PLACEFS_PLAN_PACK_ALIGN - 1, &a))
+			return -EOVERFLOW;
+		a &= ~(uint64_t)(PLACEFS_PLAN_PACK_ALIGN - 1);
+	}
+	if (__builtin_add_overflow(a, t->nbytes, end))
 		return -EOVERFLOW;
 	*at = a;
+	*prev = t;
 	return 0;
 }
 
@@ -343,6 +356,7 @@ int placefs_plan_create(const struct placefs_tensor *tensors, size_t n,
 {
 	static const struct placefs_plan_options none = {0};
 	const struct placefs_plan_entry **byp[2] = {NULL, NULL};
+	const struct placefs_tensor *last[2] = {NULL, NULL}; /* per placement: packed last */
 	size_t nby[2] = {0, 0};
 	struct placefs_plan *plan = NULL;
 	int rc;
@@ -403,7 +417,7 @@ int placefs_plan_create(const struct placefs_tensor *tensors, size_t n,
 		}
 		if (t->nbytes > plan->totals.largest[p])
 			plan->totals.largest[p] = t->nbytes;
-		rc = pack(&plan->totals.packed[p], t->nbytes, &e->packed);
+		rc = pack(&last[p], &plan->totals.packed[p], t, &e->packed);
 		if (rc) {
 			rc = placefs_error_set(
 			        err, rc, PLACEFS_E_USAGE,
@@ -805,7 +819,8 @@ int placefs_plan_format_layout(const struct placefs_plan *plan, struct placefs_s
 	size_t start = sb->len;
 	int rc;
 
-	rc = placefs_strbuf_addf(sb, "{\"align\": %d, \"first\": ", PLACEFS_PLAN_PACK_ALIGN);
+	rc = placefs_strbuf_addf(sb, "{\"align\": %d, \"pack\": \"%s\", \"first\": ",
+	                         PLACEFS_PLAN_PACK_ALIGN, PLACEFS_PLAN_PACK_RULE);
 	if (!rc)
 		rc = plan->n ? placefs_strbuf_add_json_string(sb, plan->entries[0].fname)
 		             : placefs_strbuf_adds(sb, "null");

@@ -65,13 +65,22 @@ int placefs_plan_limit_parse(const char *text, const char *origin, int *has_limi
                              const char **limit_origin, struct placefs_error *err);
 
 /*
- * The packed layout of a placement: its tensors in plan order, each at the
- * first multiple of PLACEFS_PLAN_PACK_ALIGN at or after the end of the one
- * before, the first at 0. A loader that lays a placement's tensors out in
- * one buffer this way can ask for ranges of them by plan index alone
- * (PLACEFS_IOC_BATCH_RANGES, include/placefs/ioctl.h).
+ * The packed layout of a placement: its tensors in plan order, the first at
+ * 0. A tensor that directly follows the placement's tensor before it in the
+ * same shard (its offset is that one's offset plus its bytes) starts where
+ * that one ends, when that offset is a multiple of its element size (its
+ * dtype's bits / 8, at least 1); any other tensor starts at the first
+ * multiple of PLACEFS_PLAN_PACK_ALIGN at or after the end of the one before.
+ * So neighbours in a shard stay neighbours in the layout (a run of them is
+ * one range of bytes of the shard, moved as one copy) and every tensor's
+ * elements are aligned. A loader that lays a placement's tensors out in one
+ * buffer this way can ask for ranges of them by plan index alone
+ * (PLACEFS_IOC_BATCH_RANGES, include/placefs/ioctl.h); the plan's columns
+ * (file, offset, nbytes, dtype, placement) are all it needs to compute it.
  */
 #define PLACEFS_PLAN_PACK_ALIGN 256
+/* layout.json's "pack": the name of this rule (a client that knows another refuses it). */
+#define PLACEFS_PLAN_PACK_RULE "runs"
 
 struct placefs_plan_entry {
 	const struct placefs_tensor *tensor;
@@ -181,7 +190,8 @@ int placefs_plan_format_column_chunks(const struct placefs_plan *plan, size_t ch
                                       struct placefs_strbuf *sb);
 /*
  * What a loader needs before it reads the plan (one line, then "\n"):
- * {"align": PLACEFS_PLAN_PACK_ALIGN, "first": S|null, "gpu": {"count": N,
+ * {"align": PLACEFS_PLAN_PACK_ALIGN, "pack": PLACEFS_PLAN_PACK_RULE,
+ *  "first": S|null, "gpu": {"count": N,
  *  "bytes": N, "packed": N}, "cpu": {...}}
  * "first" is the file name of the plan's first tensor (a file the staging
  * ioctls can be issued on); "packed" each placement's packed layout size.

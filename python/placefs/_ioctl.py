@@ -71,6 +71,9 @@ _BATCH_ENTRY_FMT = "=QQQiI"
 BATCH_RANGES = 1
 # PLACEFS_PLAN_PACK_ALIGN: a placement's packed layout aligns each tensor to it.
 PACK_ALIGN = 256
+# layout.json's "pack": the rule of lib/model/plan.h (neighbours in a shard stay
+# neighbours where their elements stay aligned; the rest at multiples of PACK_ALIGN).
+PACK_RULE = "runs"
 BATCH_SIZE = 256 + BATCH_MAX * 32
 
 RING_INFO_SIZE = 256

@@ -27,11 +27,12 @@ import operator
 from operator import attrgetter
 
 from . import _mapsrc, _torch
-from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, PACK_ALIGN,
+from ._ioctl import (BACKEND_CUDA, BACKEND_HOST, BACKEND_NONE, BATCH_MAX, PACK_ALIGN, PACK_RULE,
                      _IOC_ERRORS, Destination, ring_info, stage, stage_batch)
 from ._util import gc_paused, warn_once
 from .mount import Mount, _read_file, shard_slice, slice_nbytes, slice_shape
 from .plan import read_layout
+from .safetensors import DTYPE_BITS
 
 # Tensor parallelism (shard=(rank, world, dims)): which dimension each weight
 # of a Llama-style checkpoint (Llama, Mistral, Qwen2) is split along. Column-
@@ -301,6 +302,9 @@ _NAME = attrgetter("name")
 _NBYTES = attrgetter("nbytes")
 _PLACEMENT = attrgetter("placement")
 _SOURCE_OFFSET = attrgetter("source", "offset")
+_RUN_KEYS = attrgetter("source", "offset", "nbytes", "dtype")
+# A dtype's element size in bytes, the alignment _layout keeps (sub-byte types: 1).
+_ELEM_BYTES = {k: max(v // 8, 1) for k, v in DTYPE_BITS.items()}
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
 
@@ -313,23 +317,37 @@ def _source_order(tensors):
 def _layout(tensors, align):
     """Offsets of tensors (in their order) in one destination, laid out in shard order.
 
-    Each starts at a multiple of align: the offsets are the running sums of
-    the sizes rounded up to align, and the total is the last one's end.
-    Shard order lets the daemon move neighbours as one range. A plan lists
-    its tensors in shard order already (doc/SEMANTICS.md, checkpoint order),
-    so they are sorted only when they are not.
+    The daemon's packed layout (lib/model/plan.h): a tensor that directly
+    follows the one before it in the same shard starts where that one ends,
+    when that keeps its elements aligned (a multiple of its element size);
+    any other starts at the next multiple of align. Neighbours in a shard so
+    stay neighbours in the destination, and the daemon moves a run of them
+    as one range of the shard's bytes, one copy. Shard order: a plan lists
+    its tensors so already (doc/SEMANTICS.md, checkpoint order), so they are
+    sorted only when they are not. Returns (offsets, total bytes).
     """
     keys = list(map(_SOURCE_OFFSET, tensors))
     in_order = all(map(operator.le, keys, islice(keys, 1, None)))
     order = tensors if in_order else _source_order(tensors)
-    sizes = list(map(_NBYTES, order))
-    starts = list(accumulate([-(-n // align) * align for n in sizes], initial=0))
-    total = starts[-2] + sizes[-1] if sizes else 0
+    starts = []
+    add = starts.append
+    end = 0
+    prev_src = None
+    prev_end = -1
+    elem = _ELEM_BYTES
+    for src, off, n, dt in map(_RUN_KEYS, order):
+        if off == prev_end and src == prev_src and not end % elem.get(dt, 1):
+            a = end
+        else:
+            a = -(-end // align) * align
+        add(a)
+        end = a + n
+        prev_src = src
+        prev_end = off + n
     if in_order:
-        starts.pop()
-        return starts, total
+        return starts, end
     where = dict(zip(map(id, order), starts))
-    return list(map(where.__getitem__, map(id, tensors))), total
+    return list(map(where.__getitem__, map(id, tensors))), end
 
 
 def _chunks(items, workers):
@@ -490,7 +508,8 @@ class _Early:
             gpu, first = lay["gpu"], lay["first"]
             packed, count = int(gpu["packed"]), int(gpu["count"])
             n = count + int(lay["cpu"]["count"])
-            if lay["align"] != PACK_ALIGN or not isinstance(first, str) or "/" in first:
+            if (lay["align"] != PACK_ALIGN or lay.get("pack") != PACK_RULE
+                    or not isinstance(first, str) or "/" in first):
                 return None
         except (ValueError, KeyError, TypeError):
             return None  # not this daemon's layout.json: the usual way reports what is wrong

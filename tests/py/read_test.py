@@ -356,13 +356,23 @@ def batch(mnt, source):
 
 
 def packed_layout(tensors, placement, align=256):
-    """{index: offset} of the placement's packed layout (plan order, each aligned), size."""
-    where, end = {}, 0
+    """{index: offset} of the placement's packed layout, size (lib/model/plan.h, written
+    out again here from its text): plan order; a tensor that directly follows the one
+    before it in the same shard starts where that one ends when that offset is a
+    multiple of its element size, any other at the next multiple of align."""
+    elem = {"F64": 8, "I64": 8, "U64": 8, "C64": 8, "F32": 4, "I32": 4, "U32": 4,
+            "F16": 2, "BF16": 2, "I16": 2, "U16": 2}
+    where, end, prev = {}, 0, None
     for t in tensors:
         if t.placement == placement:
-            at = -(-end // align) * align
+            if (prev is not None and prev.source == t.source
+                    and prev.offset + prev.nbytes == t.offset and end % elem.get(t.dtype, 1) == 0):
+                at = end
+            else:
+                at = -(-end // align) * align
             where[t.index] = at
             end = at + t.nbytes
+            prev = t
     return where, end
 
 
@@ -376,7 +386,8 @@ def ranges(mnt, source):
     ref = _source_ref(source)
     with open(os.path.join(mnt, ".placefs", "layout.json")) as f:
         lay = json.load(f)
-    check(lay["align"] == io.PACK_ALIGN == 256 and lay["first"] == m.tensors[0].filename,
+    check(lay["align"] == io.PACK_ALIGN == 256 and lay["pack"] == io.PACK_RULE == "runs"
+          and lay["first"] == m.tensors[0].filename,
           "layout.json header %r" % lay)
     fd = os.open(os.path.join(mnt, lay["first"]), os.O_RDONLY)
     b0 = stats(mnt)["batch"]
