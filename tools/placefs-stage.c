@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/dtype.h"
 #include "common/io.h"
 #include "placefs/client.h"
 #include "common/progress.h"
@@ -50,7 +51,9 @@ struct file {
 	char *path;
 	uint64_t size;
 	size_t mnt;
-	uint64_t packed; /* --all: its offset in the mount's packed gpu layout */
+	/* --all, from the plan's columns (plan_layout()): */
+	uint64_t index;  /* its plan entry */
+	uint64_t packed; /* its offset in the mount's packed gpu layout */
 };
 
 static struct {
@@ -527,16 +530,18 @@ out:
 
 /*
  * The end of the batch that starts at files[i]: the files after it on the
- * same mount, at most the mount's batch size, whose bytes (each at a
- * multiple of BATCH_ALIGN) fit the mount's destination.
+ * same mount, at most the mount's batch size, whose bytes fit the mount's
+ * destination: each at a multiple of BATCH_ALIGN, or with `ranged` where the
+ * packed layout puts them (from files[i]'s packed offset on).
  */
-static size_t batch_end(const struct file *files, size_t n, size_t i, const struct mnt *mt)
+static size_t batch_end(const struct file *files, size_t n, size_t i, bool ranged,
+                        const struct mnt *mt)
 {
 	uint64_t room = dest_bytes(mt), used = 0;
 	size_t j;
 
 	for (j = i; j < n && j - i < mt->batch && files[j].mnt == files[i].mnt; j++) {
-		uint64_t at = align_up(used);
+		uint64_t at = ranged ? files[j].packed - files[i].packed : align_up(used);
 
 		if (j > i && (at > room || files[j].size > room - at))
 			break;
@@ -547,13 +552,15 @@ static size_t batch_end(const struct file *files, size_t n, size_t i, const stru
 
 /*
  * Stages files[0 .. n) of one mount in one PLACEFS_IOC_STAGE_BATCH request
- * (copy mode), each at its aligned offset of the mount's destination, and
- * verifies each. Each file is an entry named by its plan index, or, with
- * `ranged` (--all: the files are every gpu-placed tensor of the mount, in
- * plan order), the whole batch is one range of the plan from the first
+ * (copy mode) into the mount's destination, and verifies each. Each file is
+ * an entry named by its plan index (user.placefs.index), at its aligned
+ * offset, or, with `ranged` (--all: the files are every gpu-placed tensor of
+ * the mount, in plan order, their plan indexes and packed offsets known from
+ * plan_layout()), the whole batch is one range of the plan from the first
  * file's index through the last's, which moves exactly these files (the
- * cpu-placed entries between them move nothing) and needs two indexes, not
- * one per file. Returns the number of files that failed (each reported).
+ * cpu-placed entries between them move nothing), each to its packed offset
+ * less the first one's. Returns the number of files that failed (each
+ * reported).
  */
 static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt *mt, uint8_t *want,
                           uint8_t *got, struct totals *tot)
@@ -583,17 +590,12 @@ static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt 
 	for (i = 0; i < n; i++) {
 		uint64_t idx = 0;
 
-		if ((!ranged || i == 0 || i == n - 1) &&
-		    placefs_client_index(files[i].path, &idx, &e) != 0) {
+		if (!ranged && placefs_client_index(files[i].path, &idx, &e) != 0) {
 			errorf("%s", e.msg);
-			if (ranged) {
-				close(fd);
-				return n;
-			}
 			failed++;
 			continue;
 		}
-		used = align_up(used);
+		used = ranged ? files[i].packed - files[0].packed : align_up(used);
 		off[count] = used;
 		pos[count++] = i;
 		used += files[i].size;
@@ -601,27 +603,18 @@ static size_t stage_batch(struct file *files, size_t n, bool ranged, struct mnt 
 		if (!ranged) {
 			ent[nent].tensor = idx;
 			ent[nent++].dest_offset = off[count - 1];
-		} else if (i == 0) {
-			/* The batch's first gpu tensor, at offset 0 of the packed layout from here. */
-			ent[0].tensor = idx;
-			nent = 1;
-		} else if (i == n - 1 && idx < ent[0].tensor) {
-			errorf("%s: plan entry %" PRIu64 " comes before %s's %" PRIu64
-			       ": the files are not in plan order",
-			       files[i].path, idx, files[0].path, ent[0].tensor);
-			close(fd);
-			return n;
 		}
-		if (ranged && i == n - 1)
-			ent[0].nbytes = idx - ent[0].tensor + 1;
+	}
+	if (ranged) {
+		/* One range, files[0] through files[n - 1]: each goes to dest_offset + its
+		 * packed offset, files[0] at packed offset P, so dest_offset is 0 - P. */
+		ent[0].tensor = files[0].index;
+		ent[0].nbytes = files[n - 1].index - files[0].index + 1;
+		ent[0].dest_offset = (uint64_t)0 - files[0].packed;
+		nent = 1;
 	}
 	if (nent == 0)
 		goto out;
-	if (ranged) {
-		/* The range's gpu tensors go to dest_offset + their packed offset: this batch's
-		 * first one is at packed offset P (a multiple of BATCH_ALIGN), so 0 - P. */
-		ent[0].dest_offset = (uint64_t)0 - files[0].packed;
-	}
 	batches++;
 	tot->requests++;
 	t0 = placefs_clock_s();
@@ -714,6 +707,173 @@ out:
 	return failed;
 }
 
+/* All of MNT/.placefs/NAME, NUL-terminated (malloc'ed), or NULL with errno set. */
+static char *read_control(const char *mnt, const char *name)
+{
+	size_t len = 0, cap = (size_t)1 << 20;
+	char *path = NULL, *buf = NULL, *nb;
+	ssize_t r;
+	int fd, saved;
+
+	if (asprintf(&path, "%s/.placefs/%s", mnt, name) < 0)
+		return NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return NULL;
+	for (;;) {
+		nb = realloc(buf, cap + 1);
+		if (!nb) {
+			errno = ENOMEM;
+			break;
+		}
+		buf = nb;
+		r = placefs_io_read_full(fd, buf + len, cap - len);
+		if (r < 0) {
+			errno = (int)-r;
+			break;
+		}
+		len += (size_t)r;
+		if (len < cap) {
+			close(fd);
+			buf[len] = '\0';
+			return buf;
+		}
+		cap *= 2;
+	}
+	saved = errno;
+	close(fd);
+	free(buf);
+	errno = saved;
+	return NULL;
+}
+
+/* Where the value of `key` starts in JSON text (each key read here occurs once), or NULL. */
+static const char *json_value(const char *text, const char *key)
+{
+	char pat[48];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(text, pat);
+	return p ? p + strlen(pat) : NULL;
+}
+
+/* The `count` unsigned numbers of the JSON array at p into v; 0, or -1 when it is not that. */
+static int json_numbers(const char *p, uint64_t *v, uint64_t count)
+{
+	uint64_t i;
+	char *end;
+
+	if (!p || *p != '[')
+		return -1;
+	for (i = 0; i < count; i++) {
+		p += strspn(p + 1, " ") + 1; /* past '[' or ',' */
+		if (*p < '0' || *p > '9')
+			return -1;
+		errno = 0;
+		v[i] = strtoull(p, &end, 10);
+		if (errno)
+			return -1;
+		p = end + strspn(end, " ");
+		if (*p != (i + 1 < count ? ',' : ']'))
+			return -1;
+	}
+	return count ? 0 : (p[1 + strspn(p + 1, " ")] == ']' ? 0 : -1);
+}
+
+/*
+ * --all's batches as ranges of the plan: each of files[0 .. n) (every
+ * gpu-placed tensor of the mount on mnt, in plan order) gets its plan index
+ * and its offset in the packed gpu layout, where a range puts it. The
+ * daemon names the layout's rule in .placefs/layout.json ("pack"); this tool
+ * knows "runs" (lib/model/plan.h): in plan order from 0, a tensor that
+ * directly follows the gpu-placed one before it in its shard where that one
+ * ends when that is a multiple of its element size, any other at the next
+ * multiple of BATCH_ALIGN. The columns come from .placefs/columns.json. Returns
+ * 0, or -1 with a message (another rule, a layout of another size than
+ * layout.json's, files that are not the plan's): the batches then name each
+ * tensor by its index.
+ */
+static int plan_layout(const char *mnt, struct file *files, size_t n)
+{
+	char *layout = read_control(mnt, "layout.json"), *cols = NULL;
+	uint64_t *file = NULL, *off = NULL, *nbytes = NULL, *dtype = NULL, elem[64];
+	uint64_t count = 0, want = 0, end = 0, at, i;
+	const char *p, *why = "unreadable";
+	size_t k = 0, ntypes = 0, prev = SIZE_MAX;
+	int rc = -1;
+
+	if (!layout || !(p = json_value(layout, "pack")) || strncmp(p, "\"runs\"", 6) != 0) {
+		why = layout ? "its packed layout's rule is not \"runs\"" : strerror(errno);
+		goto out;
+	}
+	if (!(p = json_value(layout, "gpu")) || !(p = json_value(p, "packed")) ||
+	    sscanf(p, "%" SCNu64, &want) != 1)
+		goto out;
+	cols = read_control(mnt, "columns.json");
+	if (!cols || !(p = json_value(cols, "count")) || sscanf(p, "%" SCNu64, &count) != 1 ||
+	    count > SIZE_MAX / sizeof(uint64_t) / 4)
+		goto out;
+	file = malloc(4 * (count ? count : 1) * sizeof(uint64_t));
+	if (!file) {
+		why = strerror(ENOMEM);
+		goto out;
+	}
+	off = file + count;
+	nbytes = off + count;
+	dtype = nbytes + count;
+	/* The element bytes of each dtype name: its bits / 8, at least 1. */
+	if (!(p = json_value(cols, "dtypes")) || *p++ != '[')
+		goto out;
+	while (*(p += strspn(p, " ,")) == '"') {
+		size_t len = strcspn(p + 1, "\"");
+		unsigned bits = placefs_dtype_bits(placefs_dtype_from_name(p + 1, len));
+
+		if (ntypes == 64 || bits == 0)
+			goto out;
+		elem[ntypes++] = bits >= 8 ? bits / 8 : 1;
+		p += len + 2;
+	}
+	if (json_numbers(json_value(cols, "file"), file, count) != 0 ||
+	    json_numbers(json_value(cols, "offset"), off, count) != 0 ||
+	    json_numbers(json_value(cols, "nbytes"), nbytes, count) != 0 ||
+	    json_numbers(json_value(cols, "dtype"), dtype, count) != 0 ||
+	    !(p = json_value(cols, "placement")) || *p++ != '"' || strlen(p) < count)
+		goto out;
+	why = "the files are not every gpu-placed tensor of its plan, in plan order";
+	for (i = 0; i < count; i++) {
+		if (p[i] != 'g')
+			continue;
+		if (k == n || nbytes[i] != files[k].size || dtype[i] >= ntypes)
+			goto out;
+		if (prev != SIZE_MAX && file[i] == file[prev] && off[i] >= off[prev] &&
+		    off[i] - off[prev] == nbytes[prev] && end % elem[dtype[i]] == 0)
+			at = end;
+		else if ((at = align_up(end)) == UINT64_MAX)
+			goto out;
+		if (__builtin_add_overflow(at, nbytes[i], &end))
+			goto out;
+		files[k].index = i;
+		files[k++].packed = at;
+		prev = (size_t)i;
+	}
+	if (k != n)
+		goto out;
+	why = "the packed layout computed here is not the size layout.json gives";
+	if (end == want)
+		rc = 0;
+out:
+	if (rc != 0)
+		errorf("%s: cannot lay the batches out as ranges of the plan (%s): each tensor is "
+		       "named by its index instead",
+		       mnt, why);
+	free(file);
+	free(cols);
+	free(layout);
+	return rc;
+}
+
 /*
  * mnt_setup() through a descriptor of its own, before the first request on
  * the mount (whether it batches depends on its ring); a failure is reported
@@ -800,6 +960,7 @@ int main(int argc, char **argv)
 	uint64_t largest = 0;
 	char **names = NULL;
 	size_t nfiles = 0, nnames = 0, nmnt = 0, i, j, f;
+	bool ranged = false;
 	double secs;
 	char sz[32];
 	int c, status = EXIT_FAIL;
@@ -939,20 +1100,9 @@ int main(int argc, char **argv)
 	}
 	if (collect(files, nfiles, &mnts, &nmnt) != 0)
 		goto out;
-	if (all) {
-		/* Every gpu-placed tensor in plan order: their packed layout (--batch ranges). */
-		uint64_t at = 0;
-
-		for (i = 0; i < nfiles; i++) {
-			at = align_up(at);
-			files[i].packed = at;
-			if (__builtin_add_overflow(at, files[i].size, &at) ||
-			    at > UINT64_MAX - BATCH_ALIGN) {
-				errorf("%s: the gpu-placed tensors add up past 2^64 bytes", all);
-				goto out;
-			}
-		}
-	}
+	/* Every gpu-placed tensor in plan order: batches of --all are ranges of the plan. */
+	if (all && cfg.mode == PLACEFS_IOC_STAGE_COPY && !cfg.slice && cfg.batch != 1 && nfiles > 0)
+		ranged = plan_layout(all, files, nfiles) == 0;
 	for (i = 0; i < nmnt; i++)
 		if (mnts[i].largest > largest)
 			largest = mnts[i].largest;
@@ -987,9 +1137,8 @@ int main(int argc, char **argv)
 		/* Its ring decides how many tensors a request (batch_size()). */
 		mnt_prepare(mt, files[i].path);
 		if (mt->batch > 1) {
-			j = batch_end(files, nfiles, i, mt);
-			tot.failed +=
-			        stage_batch(&files[i], j - i, all != NULL, mt, want, got, &tot);
+			j = batch_end(files, nfiles, i, ranged, mt);
+			tot.failed += stage_batch(&files[i], j - i, ranged, mt, want, got, &tot);
 		} else if (stage_file(&files[i], mt, want, got, &tot) != 0) {
 			tot.failed++;
 		}
