@@ -133,8 +133,10 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 	}
 	fd = placefs_ckpt_shard(m->ckpt, t->shard)->fd;
 	if (io->mode == PLACEFS_IOC_STAGE_READ) {
-		struct placefs_fill_opts fo = {
-		        .deadline = dlp, .cancel = &j->r.cancel, .name = t->name};
+		struct placefs_fill_opts fo = {.deadline = dlp,
+		                               .cancel = &j->r.cancel,
+		                               .name = t->name,
+		                               .dest_name = (const char *)io->dest_handle};
 
 		return placefs_filler_copy(fs->fill, fd, off, j->dfd, dest_off, n, &fo, err);
 	}

@@ -45,7 +45,8 @@ static int run_read(struct sreq *r, int fd, const struct placefs_tensor *t,
                     struct placefs_stage_span *span, struct placefs_error *err)
 {
 	const struct placefs_ioc_stage *io = &r->io;
-	struct placefs_fill_opts fo = {.cancel = &r->cancel, .name = t->name};
+	struct placefs_fill_opts fo = {
+	        .cancel = &r->cancel, .name = t->name, .dest_name = (const char *)io->dest_handle};
 	struct timespec dl;
 	uint64_t t0 = placefs_clock_ns(), end;
 	int dfd, rc;

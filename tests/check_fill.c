@@ -221,17 +221,89 @@ START_TEST(test_short_destination)
 	struct placefs_filler *f = filler(2, 64 * KiB, PLACEFS_FILL_MAP);
 	struct placefs_fill_opts o = {.name = "tensor \"e\""};
 	struct placefs_error err;
-	char name[64];
+	char name[64], want[128];
 	int dfd = make_shm(name, 1 * MiB);
 
+	o.dest_name = name;
+	snprintf(want, sizeof(want),
+	         "destination shm \"%s\" shrank during the copy (to 1048576 bytes", name);
 	placefs_error_clear(&err);
 	ck_assert_int_eq(placefs_filler_copy(f, sfd, 0, dfd, 0, 2 * MiB, &o, &err), -EINVAL);
-	ck_assert_msg(strstr(err.msg, "shrank") && strstr(err.msg, "tensor \"e\""), "%s", err.msg);
+	ck_assert_msg(strstr(err.msg, want) && strstr(err.msg, "tensor \"e\""), "%s", err.msg);
 	/* Still serves a copy that fits. */
 	placefs_error_clear(&err);
 	ck_assert_int_eq(placefs_filler_copy(f, sfd, 5, dfd, 7, 1 * MiB - 7, &o, &err), 0);
 	check_bytes(dfd, 7, src + 5, 1 * MiB - 7);
 	close(dfd);
+	shm_unlink(name);
+	placefs_filler_free(f);
+	close(sfd);
+	free(src);
+}
+END_TEST
+
+struct shrinker {
+	int fd;
+	uint64_t n;
+	int stop;
+};
+
+/* Shrinks the destination to 0 and grows it back, again and again, until told to stop. */
+static void *shrink_main(void *arg)
+{
+	struct shrinker *s = arg;
+
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+		if (ftruncate(s->fd, 0) != 0 || ftruncate(s->fd, (off_t)s->n) != 0)
+			break;
+	}
+	return NULL;
+}
+
+/*
+ * A destination its owner shrinks to 0 and grows back while copies into it
+ * run: each copy succeeds or fails with EINVAL saying the destination (by
+ * its name) shrank during the copy; never ENOSPC, although the destination
+ * has its full size again by the time the failure is looked at.
+ */
+START_TEST(test_shrink_during_copy)
+{
+	uint8_t *src;
+	int sfd = make_source("sh", 8 * MiB, &src);
+	struct placefs_filler *f = filler(2, 256 * KiB, PLACEFS_FILL_MAP);
+	struct placefs_fill_opts o = {.name = "tensor \"s\""};
+	struct placefs_error err;
+	struct shrinker sh;
+	pthread_t t;
+	char name[64], want[128];
+	unsigned i, ok = 0, shrank = 0;
+	uint64_t t0 = placefs_clock_ns();
+	int rc;
+
+	sh.fd = make_shm(name, 8 * MiB);
+	sh.n = 8 * MiB;
+	sh.stop = 0;
+	o.dest_name = name;
+	snprintf(want, sizeof(want), "destination shm \"%s\" shrank during the copy", name);
+	ck_assert_int_eq(pthread_create(&t, NULL, shrink_main, &sh), 0);
+	/* At most 2 s; enough rounds to see both outcomes, far more than needed to see a failure. */
+	for (i = 0; i < 2000 && (shrank < 20 || i < 200) &&
+	            placefs_clock_ns() - t0 < 2000ULL * 1000 * 1000;
+	     i++) {
+		placefs_error_clear(&err);
+		rc = placefs_filler_copy(f, sfd, 0, sh.fd, 0, 8 * MiB, &o, &err);
+		if (rc == 0) {
+			ok++;
+			continue;
+		}
+		ck_assert_msg(rc == -EINVAL, "copy %u: %d (%s)", i, rc, err.msg);
+		ck_assert_msg(strstr(err.msg, want), "copy %u: %s", i, err.msg);
+		shrank++;
+	}
+	__atomic_store_n(&sh.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	ck_assert_msg(shrank > 0, "%u copies, none saw the shrink", i);
+	close(sh.fd);
 	shm_unlink(name);
 	placefs_filler_free(f);
 	close(sfd);
@@ -406,6 +478,7 @@ static Suite *fill_suite(void)
 	tcase_add_test(tc, test_short_source);
 	tcase_add_test(tc, test_bad_destination);
 	tcase_add_test(tc, test_short_destination);
+	tcase_add_test(tc, test_shrink_during_copy);
 	tcase_add_test(tc, test_cancel_deadline_overflow);
 	tcase_add_test(tc, test_concurrent);
 	tcase_add_test(tc, test_config);

@@ -6,6 +6,10 @@
 #   - a copy-mode client that ftruncate()s its own shm destination to 0 and
 #     back in a loop while 200 stages into it run: each stage succeeds or
 #     fails with an errno, and the daemon stays alive and serving;
+#   - the same in read mode (PLACEFS_IOC_STAGE_READ, the filler's mapped
+#     copy): a read that the shrink cuts short fails with EINVAL, never
+#     ENOSPC, and the daemon's log names the destination and says it "shrank
+#     during the copy";
 #   - -o ring_size=1T,device=host is refused before mounting (exit 12), the
 #     message naming the ring's size and /dev/shm's free space;
 #   - names another user (nobody, where the test runs as root) made first in
@@ -14,8 +18,10 @@
 #   - in a private mount namespace with a 16 MiB tmpfs on /dev/shm (root and
 #     unshare(1) only; skipped with a note otherwise): a 32 MiB ring refused
 #     with the message, an 8 MiB ring mounted, then /dev/shm filled with dd: a
-#     copy into a sparse destination fails with an errno, a borrow from the
-#     reserved ring still works byte-exact, a new client destination is
+#     copy into a sparse destination fails with an errno, a read-mode stage
+#     into it with ENOSPC (the full /dev/shm told apart from a shrink), a
+#     borrow from the reserved ring still works byte-exact, a new client
+#     destination is
 #     refused (ENOSPC), the daemon serves throughout, and with the space back
 #     copies work again.
 TEST_TIMEOUT=${TEST_TIMEOUT:-240}
@@ -34,13 +40,18 @@ NBYTES=4194304
 tmo 20 "$MKCKPT" -q --seed 11 --tensor 'a:F32:1048576' --tensor 'b:F32:65536' ck.safetensors ||
 	fail "mkckpt"
 
-# race.py TENSOR_FILE NBYTES ROUNDS: stages TENSOR_FILE ROUNDS times into a shm
-# destination of this process while a child ftruncate()s it to 0 and back.
+# race.py TENSOR_FILE NBYTES ROUNDS [MODE [NEED]]: stages TENSOR_FILE ROUNDS
+# times (copy mode, or MODE) into a shm destination of this process while a
+# child ftruncate()s it to 0 and back; with NEED, goes on (at most 20 times
+# ROUNDS) until NEED stages have failed with EINVAL. Prints the counts and
+# the destination's name.
 cat >race.py <<'EOF'
 import errno, os, signal, sys
 from placefs._ioctl import Destination, stage
 
 path, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+mode = sys.argv[4] if len(sys.argv) > 4 else "copy"
+need = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 name = "/placefs-race-%d" % os.getpid()
 fd = os.open("/dev/shm" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
 os.ftruncate(fd, n)
@@ -53,10 +64,11 @@ if child == 0:
     finally:
         os._exit(0)
 tfd = os.open(path, os.O_RDONLY)
-ok, codes, dead = 0, {}, None
-for i in range(rounds):
+ok, codes, dead, i = 0, {}, None, 0
+while i < rounds or (codes.get("EINVAL", 0) < need and i < 20 * rounds):
+    i += 1
     try:
-        stage(tfd, "copy", Destination.shm(name, 0, n), 10 * 10**9)
+        stage(tfd, mode, Destination.shm(name, 0, n), 10 * 10**9)
         ok += 1
     except OSError as e:
         if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
@@ -69,11 +81,58 @@ os.waitpid(child, 0)
 os.unlink("/dev/shm" + name)
 if dead:
     sys.exit("the daemon is gone after %s" % dead)
-print("%d races: %d copies complete, refused: %s" % (rounds, ok,
-      ", ".join("%s %d" % kv for kv in sorted(codes.items())) or "none"))
+print("%d races (%s): %d complete, refused: %s; destination %s" % (i, mode, ok,
+      ", ".join("%s %d" % kv for kv in sorted(codes.items())) or "none", name))
 EOF
 
-# shmtool.py sparse NAME N | copy TENSOR NAME N | borrow TENSOR
+# shrink.py TENSOR_FILE NBYTES ROUNDS: read-mode stages of TENSOR_FILE into a
+# sparse shm destination of this process, whose size a child sets to 0 as soon
+# as the daemon has written its first pages (so the copy has begun; the parent
+# sets it back to NBYTES before the next stage), until one fails with EINVAL
+# (at most ROUNDS). Prints the counts and the destination's name.
+cat >shrink.py <<'EOF'
+import errno, os, sys, time
+from placefs._ioctl import Destination, stage
+
+path, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+name = "/placefs-shrink-%d" % os.getpid()
+fd = os.open("/dev/shm" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.ftruncate(fd, n)
+go_r, go_w = os.pipe()
+done_r, done_w = os.pipe()
+child = os.fork()
+if child == 0:
+    try:
+        while os.read(go_r, 1) == b"s":
+            end = time.monotonic() + 5
+            while os.fstat(fd).st_blocks == 0 and time.monotonic() < end:
+                pass
+            os.ftruncate(fd, 0)
+            os.write(done_w, b"d")
+    finally:
+        os._exit(0)
+tfd = os.open(path, os.O_RDONLY)
+ok, codes, i = 0, {}, 0
+while i < rounds and not codes.get("EINVAL"):
+    i += 1
+    os.ftruncate(fd, 0)
+    os.ftruncate(fd, n)
+    os.write(go_w, b"s")
+    try:
+        stage(tfd, "read", Destination.shm(name, 0, n), 10 * 10**9)
+        ok += 1
+    except OSError as e:
+        k = errno.errorcode.get(e.errno, str(e.errno))
+        codes[k] = codes.get(k, 0) + 1
+    os.read(done_r, 1)  # the child's ftruncate is done before the next round
+os.write(go_w, b"q")
+os.waitpid(child, 0)
+os.unlink("/dev/shm" + name)
+print("%d reads shrunk under them: %d complete, refused: %s; destination %s" % (
+    i, ok, ", ".join("%s %d" % kv for kv in sorted(codes.items())) or "none", name))
+EOF
+
+# shmtool.py sparse NAME N | copy TENSOR NAME N | read TENSOR NAME N | borrow TENSOR
 cat >shmtool.py <<'EOF'
 import errno, os, sys
 from placefs._ioctl import Destination, stage, release
@@ -82,10 +141,10 @@ op = sys.argv[1]
 if op == "sparse":
     fd = os.open("/dev/shm" + sys.argv[2], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     os.ftruncate(fd, int(sys.argv[3]))
-elif op == "copy":
+elif op in ("copy", "read"):
     tfd = os.open(sys.argv[2], os.O_RDONLY)
     try:
-        stage(tfd, "copy", Destination.shm(sys.argv[3], 0, int(sys.argv[4])), 10 * 10**9)
+        stage(tfd, op, Destination.shm(sys.argv[3], 0, int(sys.argv[4])), 10 * 10**9)
         print("OK")
     except OSError as e:
         print(errno.errorcode.get(e.errno, str(e.errno)))
@@ -124,6 +183,15 @@ if [ "${HOSTILE_SHM_INNER:-}" = 1 ]; then
 		daemon_alive || fail "the daemon died copying into a sparse destination ($i)"
 	done
 	note "full /dev/shm, sparse destination: the copy fails with $r, the daemon serves"
+	# Read mode (the filler's mapped copy): a full /dev/shm, not a shrink.
+	r=$(tmo 20 "$PYTHON" shmtool.py read "$MP/a" /placefs-sparse-dest $NBYTES) ||
+		fail "read into a sparse destination on a full /dev/shm: $r"
+	[ "$r" = ENOSPC ] || fail "read into a sparse destination on a full /dev/shm gave $r, not ENOSPC"
+	grep -q 'destination shm "/placefs-sparse-dest" at byte [0-9]* cannot be had (is /dev/shm full?)' "$MOUNT_LOG" ||
+		fail "no log line saying /dev/shm is full for the read"
+	grep -q 'shrank during the copy' "$MOUNT_LOG" && fail "a full /dev/shm was logged as a shrink"
+	daemon_alive || fail "the daemon died reading into a sparse destination"
+	note "full /dev/shm, sparse destination: a read-mode stage fails with ENOSPC"
 	# The ring is reserved: stages into it work with /dev/shm full.
 	out=$(tmo 30 "$STAGE" --mode borrow --verify --all "$MP") ||
 		fail "borrow on a full /dev/shm: $out"
@@ -152,6 +220,28 @@ daemon_alive || fail "the daemon is gone after 200 shrink races: $out"
 note "$out"
 out=$(tmo 30 "$STAGE" --mode copy --verify --all "$MP") || fail "copy after the races: $out"
 echo "$out" | grep -q '^verify: 2 of 2 tensors byte-exact$' || fail "verify after the races: $out"
+umount_fs "$MP"
+
+# ---- a client shrinking its destination during read-mode stages --------------------------
+# A 64 MiB tensor (cpu-placed: read mode reads any), so that a read lasts long
+# enough for the owner to shrink its destination in the middle of it; a fresh
+# mount, so that the first failures' log lines are not held back by the rate limit.
+tmo 60 "$MKCKPT" -q --seed 12 --tensor 'r:F32:16777216' big.safetensors || fail "mkckpt big"
+mount_fs big.safetensors "$MP" -o buffer_size=$LIMIT,device=host
+out=$(tmo 120 "$PYTHON" shrink.py "$MP/r" 67108864 50 2>&1) || fail "shrink during reads: $out"
+note "$out"
+echo "$out" | grep -q 'ENOSPC' && fail "a shrunk destination was reported as ENOSPC: $out"
+echo "$out" | grep -Eq 'EINVAL [1-9]' || fail "no read-mode stage failed with EINVAL: $out"
+dname=$(echo "$out" | sed -n 's/.*; destination \(.*\)$/\1/p')
+grep -q "read of 'r' failed (Invalid argument): r: destination shm \"$dname\" shrank during the copy (to 0 bytes" "$MOUNT_LOG" ||
+	fail "the log does not name the destination $dname and say it shrank during the copy: $(grep "read of" "$MOUNT_LOG" | head -n 3)"
+# Shrunk to 0 and grown back at once, in a loop: never ENOSPC either.
+out=$(tmo 120 "$PYTHON" race.py "$MP/r" 67108864 100 read 2>&1) ||
+	fail "shrinking destination, read mode: $out"
+daemon_alive || fail "the daemon is gone after the read-mode shrink races: $out"
+note "$out"
+echo "$out" | grep -q 'ENOSPC' && fail "a shrunk destination was reported as ENOSPC: $out"
+grep -q 'is /dev/shm full' "$MOUNT_LOG" && fail "a shrink was logged as a full /dev/shm"
 umount_fs "$MP"
 
 # ---- a ring larger than /dev/shm can hold -------------------------------------------------

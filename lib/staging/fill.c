@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -36,7 +37,8 @@ struct job {
 	const int *cancel;
 	const struct timespec *deadline;
 	const char *name;
-	pthread_cond_t done; /* inflight reached 0 after the last piece */
+	const char *dest_name; /* the destination's shm name, or NULL */
+	pthread_cond_t done;   /* inflight reached 0 after the last piece */
 	struct job *next_job;
 };
 
@@ -198,6 +200,47 @@ static int move_splice(struct placefs_filler *f, struct mover *mv, const struct 
 }
 
 /*
+ * pread() into the mapping of bytes [off, off + len) of the job failed with
+ * EFAULT: the destination's owner shrank it (perhaps growing it again
+ * since), or its file system could not supply a page. Told apart now: a
+ * destination shorter than the piece shrank; so did one whose file system
+ * has room for the piece (or 1 MiB of it), as its pages could be had. Only
+ * a destination of its full size on a file system without that room is
+ * -ENOSPC.
+ */
+static int mapped_fault(const struct job *j, uint64_t off, uint64_t len, struct placefs_error *e)
+{
+	const char *what = j->name ? j->name : "the range";
+	uint64_t end = j->dst_off + off + len, room = len < (1u << 20) ? len : (1u << 20);
+	struct statfs sf;
+	struct stat st;
+	char dest[160];
+
+	if (j->dest_name)
+		snprintf(dest, sizeof(dest), "destination shm \"%.128s\"", j->dest_name);
+	else
+		snprintf(dest, sizeof(dest), "the destination");
+	if (fstat(j->dst, &st) != 0)
+		st.st_size = -1;
+	if (st.st_size >= 0 && (uint64_t)st.st_size < end)
+		return placefs_error_set(e, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: %s shrank during the copy (to %lld bytes; the copy "
+		                         "writes up to byte %llu)",
+		                         what, dest, (long long)st.st_size,
+		                         (unsigned long long)end);
+	if (fstatfs(j->dst, &sf) == 0 &&
+	    (sf.f_blocks == 0 || (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize >= room))
+		return placefs_error_set(e, -EINVAL, PLACEFS_E_USAGE,
+		                         "%s: %s shrank during the copy (it has %lld bytes again; "
+		                         "what was written before is lost)",
+		                         what, dest, (long long)st.st_size);
+	return placefs_error_set(e, -ENOSPC, PLACEFS_E_IO,
+	                         "%s: the pages of %s at byte %llu cannot be had (is /dev/shm "
+	                         "full?)",
+	                         what, dest, (unsigned long long)(j->dst_off + off));
+}
+
+/*
  * pread() straight into the destination's mapping: one copy, and writers of
  * different pieces do not serialise on the destination's inode lock as
  * write() into one tmpfs file does. Only the kernel stores into the
@@ -207,7 +250,6 @@ static int move_splice(struct placefs_filler *f, struct mover *mv, const struct 
 static int move_mapped(struct placefs_filler *f, const struct job *j, uint64_t off, uint64_t len,
                        struct placefs_error *e)
 {
-	struct stat st;
 	ssize_t r;
 
 	if (f->populate) {
@@ -220,19 +262,8 @@ static int move_mapped(struct placefs_filler *f, const struct job *j, uint64_t o
 	}
 	r = placefs_io_pread_full(j->src, j->dmap + off, (size_t)len, j->src_off + off);
 
-	if (r == -EFAULT) {
-		if (fstat(j->dst, &st) == 0 && (uint64_t)st.st_size < j->dst_off + off + len)
-			return placefs_error_set(e, -EINVAL, PLACEFS_E_USAGE,
-			                         "%s: the destination shrank to %lld bytes while "
-			                         "being filled",
-			                         j->name ? j->name : "the range",
-			                         (long long)st.st_size);
-		return placefs_error_set(e, -ENOSPC, PLACEFS_E_IO,
-		                         "%s: the destination's pages at byte %llu cannot be had "
-		                         "(is /dev/shm full?)",
-		                         j->name ? j->name : "the range",
-		                         (unsigned long long)(j->dst_off + off));
-	}
+	if (r == -EFAULT)
+		return mapped_fault(j, off, len, e);
 	if (r < 0)
 		return set_err(e, j, (int)r, "cannot read the source", j->src_off + off);
 	if ((uint64_t)r < len)
@@ -383,6 +414,7 @@ int placefs_filler_copy(struct placefs_filler *f, int src_fd, uint64_t src_off, 
 		j.cancel = opts->cancel;
 		j.deadline = opts->deadline;
 		j.name = opts->name;
+		j.dest_name = opts->dest_name;
 	}
 	placefs_error_clear(&j.err);
 	rc = pthread_cond_init(&j.done, NULL);

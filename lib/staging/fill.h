@@ -14,8 +14,13 @@
  * destination go in in parallel (write() into one tmpfs file serialises on
  * its inode lock). Only the kernel ever stores into that mapping: when the
  * destination's owner shrinks it, or /dev/shm cannot supply its pages,
- * pread() fails with EFAULT (reported as -EINVAL "shrank" or -ENOSPC) and
- * the daemon never takes a SIGBUS. Where the destination cannot be mapped,
+ * pread() fails with EFAULT and the daemon never takes a SIGBUS. Which of
+ * the two it was is told after the failure: the destination is now shorter
+ * than the piece (fstat), or its file system has room for the piece
+ * (fstatfs), so the pages could be had and the owner must have shrunk it,
+ * perhaps growing it again since: -EINVAL, "shrank during the copy". Only a
+ * destination of its full size on a file system without that room is
+ * -ENOSPC. Where the destination cannot be mapped,
  * a piece moves with splice() through a per-thread pipe (the source's
  * page-cache pages go into the pipe by reference and are copied once), or,
  * where the source cannot splice, with pread() into a per-thread buffer and
@@ -24,7 +29,9 @@
  * Errors of a copy: -EIO when the source ends early (the destination bytes
  * are then unspecified, never reported as filled), the errno of a read or
  * write (-ENOSPC, -EFBIG, -EIO ...), -EINVAL when the destination shrank
- * under the copy, -EINTR when *cancel became non-zero,
+ * under the copy (the message names it and says "shrank during the copy";
+ * bytes written before the shrink are lost with it), -EINTR when *cancel
+ * became non-zero,
  * -ETIMEDOUT when the deadline passed. Pieces already started finish
  * first, so the call returns at most one piece's time after a cancel.
  *
@@ -68,6 +75,7 @@ struct placefs_fill_opts {
 	const struct timespec *deadline; /* CLOCK_MONOTONIC; NULL = none */
 	const int *cancel;               /* polled between pieces */
 	const char *name;                /* for messages (the tensor); NULL = "the range" */
+	const char *dest_name;           /* for messages (the shm name); NULL = "the destination" */
 };
 
 struct placefs_fill_stats {
