@@ -646,6 +646,8 @@ static int ioctl_init(struct placefs_ioctl *fs, struct placefs_mount *m)
 	}
 	/* Half the workers may wait on the ring; -s has only one, which never may. */
 	fs->inline_max = m->opts->singlethread ? 0 : m->opts->max_threads / 2;
+	/* Of those, one user other than root and the daemon's holds at most half. */
+	fs->user_inline_max = fs->inline_max > 1 ? fs->inline_max / 2 : fs->inline_max;
 	fs->loglim = (struct placefs_log_limit)PLACEFS_LOG_LIMIT_INIT(&m->ctr.log_suppressed);
 	fs->self_uid = geteuid();
 	fs->default_timeout_ns = (uint64_t)m->opts->stage_timeout * 1000000000ULL;

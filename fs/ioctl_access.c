@@ -28,10 +28,16 @@
 #include "stats.h"
 #include "ioctl_i.h"
 
+/* Whether uid is root or the daemon's own: trusted, never bound per user. */
+bool ioctl_trusted(const struct placefs_ioctl *fs, uid_t uid)
+{
+	return uid == 0 || uid == fs->self_uid;
+}
+
 /* Whether uid's ring share and waiting stages are capped: anyone but root and the daemon's uid. */
 bool ioctl_capped(const struct placefs_ioctl *fs, uid_t uid)
 {
-	return uid != 0 && uid != fs->self_uid && fs->share_bytes != UINT64_MAX;
+	return !ioctl_trusted(fs, uid) && fs->share_bytes != UINT64_MAX;
 }
 
 /* uid's entry, added if new; NULL when out of memory. Under fs->lock. */
@@ -68,6 +74,123 @@ void ioctl_share_put(struct placefs_ioctl *fs, uid_t uid, uint64_t bytes, bool t
 			u->waiting--;
 	}
 	pthread_mutex_unlock(&fs->lock);
+}
+
+/*
+ * The share is work-conserving: a capped user may go beyond it while no
+ * other user stages through the ring (a lone request is never refused for
+ * the share: it is the ring's rule, EFBIG, that bounds it), and gets no
+ * more beyond it while another user's stage or batch run is in progress
+ * (waiting for ring space or being copied) until its own leases and stages
+ * are back under its share. Every user's ring requests are counted, root's
+ * too, so that a trusted user's waiting stage holds a capped one back.
+ * With -o user_share=100 nobody is capped and nothing is counted.
+ */
+int ioctl_ring_enter(struct placefs_ioctl *fs, uid_t uid, uint64_t need, uint64_t *reserved)
+{
+	struct user_use *u;
+	int rc = 0;
+
+	*reserved = 0;
+	if (fs->share_bytes == UINT64_MAX)
+		return 0;
+	pthread_mutex_lock(&fs->lock);
+	u = ioctl_user_get(fs, uid);
+	if (!u) {
+		rc = -ENOMEM;
+	} else if (ioctl_capped(fs, uid)) {
+		if (u->bytes + need > fs->share_bytes) {
+			/* Beyond the share: only while every ring request in progress is its own. */
+			if (fs->ring_busy > u->ring)
+				rc = -EBUSY;
+			else
+				atomic_fetch_add_explicit(&fs->share_over, 1, memory_order_relaxed);
+		}
+		if (rc == 0) {
+			u->bytes += need;
+			*reserved = need;
+		}
+	}
+	if (rc == 0) {
+		u->ring++;
+		fs->ring_busy++;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return rc;
+}
+
+/* The request of ioctl_ring_enter() ended; `bytes` of its reservation go back. */
+void ioctl_ring_leave(struct placefs_ioctl *fs, uid_t uid, uint64_t bytes)
+{
+	struct user_use *u;
+
+	if (fs->share_bytes == UINT64_MAX)
+		return;
+	pthread_mutex_lock(&fs->lock);
+	u = ioctl_user_get(fs, uid);
+	if (u) {
+		u->bytes -= bytes < u->bytes ? bytes : u->bytes;
+		if (u->ring)
+			u->ring--;
+	}
+	if (fs->ring_busy)
+		fs->ring_busy--;
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/*
+ * The workers' slots: a stage on its FUSE worker or a batch holds one, and
+ * at most -o max_threads / 2 are held at once, so that workers stay free
+ * for the RELEASE and INTERRUPT requests that end waits. A user other than
+ * root and the daemon's holds at most half of them: another user's batch
+ * finds one free whatever one user keeps in flight. A slot goes back before
+ * the reply that ends its request (ioctl_slot_put()), so a client that sends
+ * its next request on the reply never finds its own last slot still held.
+ */
+bool ioctl_slot_get(struct placefs_ioctl *fs, struct sreq *r)
+{
+	struct user_use *u;
+	bool ok = true;
+
+	if (atomic_fetch_add(&fs->inline_busy, 1) >= fs->inline_max) {
+		atomic_fetch_sub(&fs->inline_busy, 1);
+		return false;
+	}
+	if (!ioctl_trusted(fs, r->uid)) {
+		pthread_mutex_lock(&fs->lock);
+		u = ioctl_user_get(fs, r->uid);
+		if (u && u->slots < fs->user_inline_max)
+			u->slots++;
+		else
+			ok = false;
+		pthread_mutex_unlock(&fs->lock);
+		if (!ok) {
+			atomic_fetch_sub(&fs->inline_busy, 1);
+			return false;
+		}
+		r->slot_user = true;
+	}
+	r->slot = true;
+	return true;
+}
+
+/* Gives r's slot back, if it holds one (idempotent): before its reply goes out. */
+void ioctl_slot_put(struct placefs_ioctl *fs, struct sreq *r)
+{
+	struct user_use *u;
+
+	if (!r->slot)
+		return;
+	if (r->slot_user) {
+		pthread_mutex_lock(&fs->lock);
+		u = ioctl_user_get(fs, r->uid);
+		if (u && u->slots)
+			u->slots--;
+		pthread_mutex_unlock(&fs->lock);
+		r->slot_user = false;
+	}
+	r->slot = false;
+	atomic_fetch_sub(&fs->inline_busy, 1);
 }
 
 static size_t lease_bucket(uint64_t lease)

@@ -121,7 +121,7 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 	struct placefs_dest dest;
 	struct timespec dl;
 	const struct timespec *dlp = NULL;
-	uint64_t need = 0;
+	uint64_t need, reserved = 0;
 	int fd, rc = 0;
 
 	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
@@ -140,25 +140,23 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 
 		return placefs_filler_copy(fs->fill, fd, off, j->dfd, dest_off, n, &fo, err);
 	}
-	/* A direct copy takes no ring space, so it counts against no share of it. */
-	if (ioctl_capped(fs, j->r.uid) && !j->direct) {
-		struct user_use *u;
-
+	/*
+	 * A run through the ring counts among the ring's users and against a
+	 * capped user's share (ioctl_ring_enter()); a direct copy takes no ring
+	 * space, so it counts for none.
+	 */
+	if (!j->direct) {
 		need = n ? n : 1;
 		if (fs->align > 1 && need % fs->align)
 			need += fs->align - need % fs->align;
-		pthread_mutex_lock(&fs->lock);
-		u = ioctl_user_get(fs, j->r.uid);
-		if (u && u->bytes + need <= fs->share_bytes)
-			u->bytes += need;
-		else
-			rc = u ? -EBUSY : -ENOMEM;
-		pthread_mutex_unlock(&fs->lock);
+		rc = ioctl_ring_enter(fs, j->r.uid, need, &reserved);
+		if (rc == -ENOMEM)
+			return placefs_error_set(err, rc, PLACEFS_E_NOMEM, "out of memory");
 		if (rc)
 			return placefs_error_set(
 			        err, rc, PLACEFS_E_USAGE,
-			        "tensor \"%s\": uid %u holds its share of the ring "
-			        "(-o user_share=%u%%)",
+			        "tensor \"%s\": uid %u holds more than its share of the ring "
+			        "(-o user_share=%u%%) while other users stage through it",
 			        t->name, (unsigned)j->r.uid, m->opts->user_share);
 	}
 	memset(&dest, 0, sizeof(dest));
@@ -176,8 +174,8 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 	o.cancel = &j->r.cancel;
 	o.name = t->name;
 	rc = placefs_stagers_stage_copy(fs->ss, j->pos, fd, off, n, &o, &dest, &span, err);
-	if (need)
-		ioctl_share_put(fs, j->r.uid, need, false);
+	if (!j->direct)
+		ioctl_ring_leave(fs, j->r.uid, reserved);
 	if (rc == 0 && prefetched)
 		*prefetched = span.prefetched;
 	return rc;
@@ -512,13 +510,6 @@ void ioctl_do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 		}
 		bpos = (unsigned)rc;
 	}
-	/* On the worker itself, while enough stay free for RELEASE and INTERRUPT. */
-	if (atomic_fetch_add(&fs->inline_busy, 1) >= fs->inline_max) {
-		atomic_fetch_sub(&fs->inline_busy, 1);
-		atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
-		fuse_reply_err(req, EAGAIN);
-		return;
-	}
 	memset(&j, 0, sizeof(j));
 	j.r.fs = fs;
 	j.r.req = req;
@@ -526,13 +517,23 @@ void ioctl_do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	j.r.uid = ctx->uid;
 	j.r.pid = ctx->pid;
 	j.gid = ctx->gid;
+	/*
+	 * On the worker itself, while enough stay free for RELEASE and
+	 * INTERRUPT and the user holds at most half of those slots; else
+	 * EAGAIN, and nothing ran.
+	 */
+	if (!ioctl_slot_get(fs, &j.r)) {
+		atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
+		fuse_reply_err(req, EAGAIN);
+		return;
+	}
 	j.dfd = -1;
 	j.pos = bpos;
 	j.direct = in->mode == PLACEFS_IOC_STAGE_COPY && ioctl_copies_direct(fs, bpos);
 	j.io = malloc(sizeof(*j.io));
 	if (!j.io || pthread_cond_init(&j.ended, NULL) != 0) {
 		free(j.io);
-		atomic_fetch_sub(&fs->inline_busy, 1);
+		ioctl_slot_put(fs, &j.r);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
@@ -582,6 +583,8 @@ void ioctl_do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	atomic_fetch_add_explicit(&fs->batches, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->batch_entries, j.nitems, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->batch_failed, j.nitems - j.done, memory_order_relaxed);
+	/* Before the reply: the caller's next request may come as soon as it has it. */
+	ioctl_slot_put(fs, &j.r);
 	fuse_reply_ioctl(req, 0, j.io, sizeof(*j.io));
 	rc = 0;
 out_reply_err:
@@ -589,6 +592,7 @@ out_reply_err:
 		atomic_fetch_add_explicit(&fs->m->ctr.client_errors, 1, memory_order_relaxed);
 		placefs_log_limited(&fs->loglim, LOG_WARNING, "staging: batch refused (%s): %s",
 		                    strerror(rc), err.msg);
+		ioctl_slot_put(fs, &j.r);
 		fuse_reply_err(req, rc);
 	}
 	if (j.dfd >= 0)
@@ -597,5 +601,4 @@ out_reply_err:
 	free(j.runs);
 	free(j.items);
 	free(j.io);
-	atomic_fetch_sub(&fs->inline_busy, 1);
 }

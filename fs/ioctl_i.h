@@ -48,11 +48,13 @@
 /* (uid, gid) pairs whose right to borrow is remembered. */
 #define PERM_CACHE 64
 
-/* What one user whose ring share is capped has now (fs->lock). */
+/* What one user has now (fs->lock). */
 struct user_use {
 	uid_t uid;
-	uint64_t bytes;   /* of leases held and stages in progress */
-	unsigned waiting; /* stages on threads of their own */
+	uint64_t bytes;   /* capped: of leases held and stages in progress */
+	unsigned waiting; /* capped: stages on threads of their own */
+	unsigned ring;    /* stages and batch runs through the ring in progress */
+	unsigned slots;   /* not root nor the daemon's: worker slots held (ioctl_slot_get()) */
 };
 
 /* A lease of a capped user: its bytes count against the user until it ends. */
@@ -90,6 +92,9 @@ struct sreq {
 	uid_t uid;
 	pid_t pid;         /* the caller's thread, 0 if not visible in our PID namespace */
 	uint64_t reserved; /* bytes counted against uid's ring share; 0: not capped */
+	bool ring;         /* counted in the ring's users (ioctl_ring_enter()) */
+	bool slot;         /* holds a worker slot (ioctl_slot_get()) */
+	bool slot_user;    /* ... counted against uid's slots too */
 	bool thread;       /* runs on a thread of its own (counted in the user's waiting) */
 	bool sliced;       /* io.flags has PLACEFS_IOC_STAGE_SLICE: `lay` is the slice */
 	unsigned pos;      /* the stager (position in the device list) that serves it */
@@ -181,12 +186,14 @@ struct placefs_ioctl {
 	bool watcher_started;
 	pthread_t watcher;
 
-	atomic_uint inline_busy;
+	atomic_uint inline_busy; /* worker slots held: stages on workers and batches */
 	unsigned inline_max;
-	atomic_uint_fast64_t refused; /* requests refused before reaching the stager */
-	atomic_uint_fast64_t threads; /* stages that ran on a thread of their own */
-	atomic_uint_fast64_t busy;    /* stages refused: no thread slot or ring share left */
-	atomic_uint_fast64_t denied;  /* borrows refused: the caller may not read every shard */
+	unsigned user_inline_max;        /* of those, per user other than root and the daemon's */
+	atomic_uint_fast64_t refused;    /* requests refused before reaching the stager */
+	atomic_uint_fast64_t threads;    /* stages that ran on a thread of their own */
+	atomic_uint_fast64_t busy;       /* stages refused: no thread slot or ring share left */
+	atomic_uint_fast64_t denied;     /* borrows refused: the caller may not read every shard */
+	atomic_uint_fast64_t share_over; /* grants beyond a capped user's ring share, alone */
 
 	/* Shared-host limits (fs/opts.h); the tables below are under `lock`. */
 	struct placefs_log_limit loglim; /* lines about client errors */
@@ -195,6 +202,7 @@ struct placefs_ioctl {
 	unsigned max_waiting;            /* stages on threads of their own at once */
 	unsigned user_waiting_max;       /* of those, per capped user */
 	uint64_t share_bytes;            /* ring bytes per capped user */
+	unsigned ring_busy;              /* stages and batch runs through the ring in progress */
 	struct user_use *users;
 	size_t nusers;
 	struct lease_rec *leases[LEASE_BUCKETS];
@@ -231,12 +239,32 @@ bool ioctl_copies_direct(const struct placefs_ioctl *fs, unsigned pos);
 
 /* ---- ioctl_access.c: the access policy ---- */
 
+/* Whether uid is root or the daemon's own: trusted, never bound per user. */
+bool ioctl_trusted(const struct placefs_ioctl *fs, uid_t uid);
 /* Whether uid's ring share and waiting stages are capped: anyone but root and the daemon's uid. */
 bool ioctl_capped(const struct placefs_ioctl *fs, uid_t uid);
 /* uid's entry, added if new; NULL when out of memory. Under fs->lock. */
 struct user_use *ioctl_user_get(struct placefs_ioctl *fs, uid_t uid);
 /* Gives back `bytes` of uid's share (and a waiting slot when `thread`). */
 void ioctl_share_put(struct placefs_ioctl *fs, uid_t uid, uint64_t bytes, bool thread);
+/*
+ * A stage or batch run of uid that takes `need` bytes of ring space begins:
+ * it counts among the ring's users until ioctl_ring_leave(). A capped user
+ * reserves `need` of its share (*reserved; 0 when not capped); beyond its
+ * share only while no other user's stage or run through the ring is in
+ * progress (work-conserving), else -EBUSY. 0, -EBUSY or -ENOMEM.
+ */
+int ioctl_ring_enter(struct placefs_ioctl *fs, uid_t uid, uint64_t need, uint64_t *reserved);
+/* The request of ioctl_ring_enter() ended; `bytes` of its reservation go back (0: a lease keeps them). */
+void ioctl_ring_leave(struct placefs_ioctl *fs, uid_t uid, uint64_t bytes);
+/*
+ * Takes one of the workers' slots (-o max_threads / 2) for r, a stage to run
+ * on its FUSE worker or a batch: false when they are all held, or when r's
+ * user (not root nor the daemon's) holds half of them already.
+ */
+bool ioctl_slot_get(struct placefs_ioctl *fs, struct sreq *r);
+/* Gives r's slot back, if it holds one: before its reply goes out. */
+void ioctl_slot_put(struct placefs_ioctl *fs, struct sreq *r);
 /* Records a capped user's new lease; false when out of memory. Under fs->lock. */
 bool ioctl_lease_add(struct placefs_ioctl *fs, const struct sreq *r, uint64_t lease);
 /* Lease `lease` ended, or every lease of file handle fh: their bytes no longer count. */

@@ -140,9 +140,16 @@ static void run_stage(struct sreq *r)
 	fuse_req_interrupt_func(r->req, NULL, NULL);
 	ioctl_inflight_del(fs, r);
 
-	if (rc != 0 || io->mode != PLACEFS_IOC_STAGE_BORROW || !span.lease)
-		/* Nothing stays held: the stage's bytes no longer count against its user. */
-		ioctl_share_put(fs, r->uid, r->reserved, false);
+	if (r->ring) {
+		/* Unless a lease holds them, the stage's bytes no longer count against its user. */
+		ioctl_ring_leave(fs, r->uid,
+		                 rc != 0 || io->mode != PLACEFS_IOC_STAGE_BORROW || !span.lease
+		                         ? r->reserved
+		                         : 0);
+		r->ring = false;
+	}
+	/* Before the reply: the caller's next request may come as soon as it has it. */
+	ioctl_slot_put(fs, r);
 	if (rc != 0) {
 		/* Timeouts and interrupts are flow control, counted in stats, not logged. */
 		if (rc != -ETIMEDOUT && rc != -EINTR) {
@@ -321,10 +328,13 @@ void ioctl_do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint
 		local.lay = lay;
 
 	/*
-	 * A capped user's leases and stages in progress: at most -o user_share
-	 * of the ring. Direct copies take no ring space, so they count for none.
+	 * A stage through the ring counts among the ring's users, and a capped
+	 * user's leases and stages in progress against its -o user_share of the
+	 * ring: beyond it only while no other user stages through the ring
+	 * (ioctl_ring_enter()). Direct copies take no ring space, so they count
+	 * for none.
 	 */
-	if (in->mode != PLACEFS_IOC_STAGE_READ && ioctl_capped(fs, local.uid) &&
+	if (in->mode != PLACEFS_IOC_STAGE_READ &&
 	    !(in->mode == PLACEFS_IOC_STAGE_COPY && ioctl_copies_direct(fs, local.pos))) {
 		uint64_t need = sliced ? lay.nbytes : e->tensor->nbytes;
 
@@ -333,41 +343,40 @@ void ioctl_do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint
 
 		if (fs->align > 1 && need % fs->align)
 			need += fs->align - need % fs->align;
-		pthread_mutex_lock(&fs->lock);
-		u = ioctl_user_get(fs, local.uid);
-		if (u && u->bytes + need <= fs->share_bytes) {
-			u->bytes += need;
-			local.reserved = need;
-		}
-		pthread_mutex_unlock(&fs->lock);
-		if (!u) {
+		rc = ioctl_ring_enter(fs, local.uid, need, &local.reserved);
+		if (rc == -ENOMEM) {
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		if (!local.reserved) {
+		if (rc == -EBUSY) {
 			atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
-			ioctl_refuse(req, fs, EBUSY,
-			             "'%s': uid %u holds its share of the ring (-o "
-			             "user_share=%u%%, %llu "
-			             "bytes) in leases and stages; release some first",
-			             e->fname, (unsigned)local.uid, m->opts->user_share,
-			             (unsigned long long)fs->share_bytes);
+			ioctl_refuse(
+			        req, fs, EBUSY,
+			        "'%s': uid %u holds more than its share of the ring (-o "
+			        "user_share=%u%%, %llu bytes) in leases and stages while other "
+			        "users stage through it; release some first",
+			        e->fname, (unsigned)local.uid, m->opts->user_share,
+			        (unsigned long long)fs->share_bytes);
 			return;
 		}
+		local.ring = true;
 	}
 
-	/* Inline while enough workers stay free for RELEASE and INTERRUPT requests. */
-	if (atomic_fetch_add(&fs->inline_busy, 1) < fs->inline_max) {
+	/*
+	 * Inline while enough workers stay free for RELEASE and INTERRUPT
+	 * requests, and the user holds at most half of those slots.
+	 */
+	if (ioctl_slot_get(fs, &local)) {
 		run_stage(&local);
-		atomic_fetch_sub(&fs->inline_busy, 1);
+		ioctl_slot_put(fs, &local);
 		return;
 	}
-	atomic_fetch_sub(&fs->inline_busy, 1);
 
 	/*
 	 * On a thread of its own, of which there are at most -o max_waiting
-	 * (and half of them per capped user): more answer EAGAIN at once
-	 * rather than growing threads without bound or blocking a worker.
+	 * (and half of them per user other than root and the daemon's): more
+	 * answer EAGAIN at once rather than growing threads without bound or
+	 * blocking a worker.
 	 */
 	why[0] = '\0';
 	pthread_mutex_lock(&fs->lock);
@@ -376,20 +385,21 @@ void ioctl_do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint
 	else if (fs->detached >= fs->max_waiting)
 		snprintf(why, sizeof(why), "%u stages wait already (-o max_waiting=%u)",
 		         fs->detached, fs->max_waiting);
-	else if (local.reserved && (u = ioctl_user_get(fs, local.uid)) != NULL &&
+	else if (!ioctl_trusted(fs, local.uid) && (u = ioctl_user_get(fs, local.uid)) != NULL &&
 	         u->waiting >= fs->user_waiting_max)
 		snprintf(why, sizeof(why), "uid %u has %u stages waiting already (at most %u)",
 		         (unsigned)local.uid, u->waiting, fs->user_waiting_max);
 	if (!why[0]) {
 		fs->detached++;
-		if (local.reserved && (u = ioctl_user_get(fs, local.uid)) != NULL) {
+		if (!ioctl_trusted(fs, local.uid) && (u = ioctl_user_get(fs, local.uid)) != NULL) {
 			u->waiting++;
 			local.thread = true;
 		}
 	}
 	pthread_mutex_unlock(&fs->lock);
 	if (why[0]) {
-		ioctl_share_put(fs, local.uid, local.reserved, false);
+		if (local.ring)
+			ioctl_ring_leave(fs, local.uid, local.reserved);
 		atomic_fetch_add_explicit(&fs->busy, 1, memory_order_relaxed);
 		ioctl_refuse(req, fs, EAGAIN, "'%s': not staged: %s", e->fname, why);
 		return;
@@ -411,7 +421,9 @@ void ioctl_do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint
 		free(r);
 		rc = EAGAIN;
 	}
-	ioctl_share_put(fs, local.uid, local.reserved, local.thread);
+	if (local.ring)
+		ioctl_ring_leave(fs, local.uid, local.reserved);
+	ioctl_share_put(fs, local.uid, 0, local.thread);
 	pthread_mutex_lock(&fs->lock);
 	if (--fs->detached == 0)
 		pthread_cond_broadcast(&fs->cond);

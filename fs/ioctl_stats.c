@@ -72,6 +72,7 @@ static const struct placefs_stat staging_rows[] = {
         VIEW("stage_threads_now", waiting),
         OWN("busy", busy),
         OWN("borrow_refused", denied),
+        OWN("share_over", share_over),
         VIEW("dests", dests),
         PLACEFS_STAT("dest_imports", U64, 2, struct staging_view, dest.imports),
         PLACEFS_STAT("dest_import_ns", U64, 2, struct staging_view, dest.import_ns),
