@@ -16,19 +16,23 @@
  * threads that serve them); placefs_ioctl_free() last.
  *
  * Threads: a STAGE request runs on the FUSE worker that received it as long
- * as at most half of the workers are busy staging; beyond that (and always
- * with -s) it runs on a thread of its own, so workers stay free for the
- * RELEASE and INTERRUPT requests that end the waits. At most -o max_waiting
- * stages run on threads of their own (half of them per capped user); one
- * more answers EAGAIN at once, never a new thread or a blocked worker. Waits
+ * as at most half of the workers are busy staging or with batches (and its
+ * user, unless root or the daemon's, holds fewer than half of those slots);
+ * beyond that (and always with -s) it runs on a thread of its own, so
+ * workers stay free for the RELEASE and INTERRUPT requests that end the
+ * waits. At most -o max_waiting stages run on threads of their own (half of
+ * them per user other than root and the daemon's); one more answers EAGAIN
+ * at once, never a new thread or a blocked worker. Waits
  * end on the caller's timeout (-o stage_timeout when it gives none), on a
  * FUSE interrupt (a signal to the caller) and when the session exits.
  *
  * Users (doc/RELIABILITY.md, "Threat model"): a borrow, and RING_INFO's
  * handle, only for root, the daemon's uid and uids whose mode bits read every
  * shard (EACCES, HANDLE_NONE otherwise; copy mode is open to all); a user
- * other than root and the daemon's may hold at most -o user_share of the ring
- * in leases and stages in progress (EBUSY beyond). Refused and failed
+ * other than root and the daemon's holds at most -o user_share of the ring
+ * in leases and stages in progress while another user's stage through the
+ * ring is in progress (EBUSY beyond; alone it may go beyond), and at most
+ * half of the workers' slots for stages and batches. Refused and failed
  * requests are counted (client_errors) and their log lines rate-limited
  * (fs/log.h; log_suppressed).
  */

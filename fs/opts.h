@@ -39,8 +39,10 @@
  * a stage that gives no timeout waits at most -o stage_timeout= seconds
  * (0: without limit); at most -o max_waiting= stages run on threads of
  * their own at once (more answer EAGAIN at once); and a user other than
- * root and the daemon's own may hold at most -o user_share= percent of the
- * ring in leases and stages in progress (more answer EBUSY at once).
+ * root and the daemon's own holds at most -o user_share= percent of the
+ * ring in leases and stages in progress while another user's stage through
+ * the ring is in progress (more answer EBUSY at once; alone it may hold
+ * more).
  */
 #define PLACEFS_STAGE_TIMEOUT     60 /* seconds */
 #define PLACEFS_STAGE_TIMEOUT_MAX (365u * 24 * 3600)
