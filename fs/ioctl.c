@@ -380,6 +380,7 @@ static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *f
                          const struct placefs_ioc_ring_info *in)
 {
 	struct placefs_ioc_ring_info out;
+	struct ioctl_who who;
 
 	if (in->version != PLACEFS_IOC_VERSION || in->size != sizeof(*in)) {
 		ioctl_refuse(req, fs, EINVAL,
@@ -443,13 +444,16 @@ static void do_ring_info(fuse_req_t req, struct placefs_ioctl *fs, const char *f
 		out.position = (uint32_t)pos;
 		/*
 		 * The handle maps the whole ring: only for those who may borrow
-		 * (ioctl_may_borrow()); others see HANDLE_NONE, and copy mode works.
+		 * (ioctl_may_borrow(): they read every shard, and may open a host
+		 * ring's shm object); others see HANDLE_NONE, and copy mode works.
 		 */
-		if (ioctl_may_borrow(fs, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid)) {
+		ioctl_who_get(fs, req, &who);
+		if (ioctl_may_borrow(fs, &who)) {
 			out.handle_kind = bi->handle_kind;
 			out.handle_bytes = bi->handle_bytes;
 			memcpy(out.handle, bi->handle, sizeof(out.handle));
 		}
+		ioctl_who_release(&who);
 	} else if (in->flags) {
 		ioctl_refuse(req, fs, ENODEV, "'%s': ring info of a device: staging is disabled",
 		             fname);
@@ -660,7 +664,6 @@ static int ioctl_init(struct placefs_ioctl *fs, struct placefs_mount *m)
 fail_alloc:
 	free(fs->gpu);
 	free(fs->gpu_pos);
-	free(fs->perms);
 	pthread_cond_destroy(&fs->bwork);
 fail_bwork:
 	pthread_mutex_destroy(&fs->block);
@@ -765,6 +768,8 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 				        &fs->infos[k]);
 			fs->info = fs->infos[0];
 			fs->align = PLACEFS_STAGE_ALIGN_DEFAULT;
+			/* Who may map the host rings: the borrowers it admits (ioctl_may_borrow()). */
+			ioctl_ring_share(fs);
 			/* The share is of all rings together, wherever the leases are. */
 			total = fs->info.ring_bytes * fs->nst;
 			fs->share_bytes = m->opts->user_share >= 100
@@ -875,7 +880,9 @@ void placefs_ioctl_free(struct placefs_ioctl *fs)
 		}
 	}
 	free(fs->users);
-	free(fs->perms);
+	for (i = 0; i < fs->ngcache; i++)
+		free(fs->gcache[i].groups);
+	placefs_perm_release(&fs->ring_perm);
 	free(fs->gpu);
 	free(fs->gpu_pos);
 	pthread_cond_destroy(&fs->bwork);

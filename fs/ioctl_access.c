@@ -259,82 +259,261 @@ void ioctl_lease_end_owner(struct placefs_ioctl *fs, uint64_t fh)
 	pthread_mutex_unlock(&fs->lock);
 }
 
+/* ---- who may read a shard, borrow, open the ring ---------------------------------- */
+
 /*
- * Whether shard permission p lets (uid, gid) read by its mode bits, as
- * the kernel decides for a process whose only group is gid: owner bits
- * for the owner, else group bits for the group, else other bits. With an
- * access ACL, whose group bits are its mask and whose named entries could
- * say anything, only the owner is trusted.
+ * Every decision here is the kernel's (lib/common/perm.h: owner bits, the
+ * access ACL, the caller's fsgid and supplementary groups) over each
+ * shard's owner, group, mode and ACL as read at mount (fs/mount.h), the
+ * same the tree shows the kernel for its own check of the tensor files.
  */
-bool ioctl_perm_reads(const struct shard_perm *p, uid_t uid, gid_t gid)
+
+/*
+ * What (uid, gid) may do as far as the primary group tells: remembered per
+ * pair (the shards' permissions never change while mounted), so a request
+ * costs a lookup, and the supplementary groups are read only where an
+ * answer depends on them.
+ */
+static struct perm_entry perm_primary(struct placefs_ioctl *fs, uid_t uid, gid_t gid)
 {
-	if (p->uid == uid)
-		return p->mode & S_IRUSR;
-	if (p->acl)
+	struct perm_entry e = {uid, gid, false, PLACEFS_PERM_YES};
+	enum placefs_perm_answer a;
+	size_t i;
+
+	pthread_mutex_lock(&fs->lock);
+	for (i = 0; i < fs->npcache; i++) {
+		if (fs->pcache[i].uid == uid && fs->pcache[i].gid == gid) {
+			e = fs->pcache[i];
+			pthread_mutex_unlock(&fs->lock);
+			return e;
+		}
+	}
+	pthread_mutex_unlock(&fs->lock);
+	for (i = 0; i < fs->m->nshards + (fs->ring_host ? 1 : 0); i++) {
+		a = placefs_perm_reads_primary(
+		        i < fs->m->nshards ? &fs->m->perms[i] : &fs->ring_perm, uid, gid);
+		if (a == PLACEFS_PERM_DEPENDS)
+			e.groups = true;
+		if (a == PLACEFS_PERM_NO)
+			e.borrow = PLACEFS_PERM_NO;
+		else if (a == PLACEFS_PERM_DEPENDS && e.borrow == PLACEFS_PERM_YES)
+			e.borrow = PLACEFS_PERM_DEPENDS;
+	}
+	if (uid == 0 || uid == fs->self_uid)
+		e.borrow = PLACEFS_PERM_YES;
+	/* A full cache stays as it is: the answer is recomputed, O(shards). */
+	pthread_mutex_lock(&fs->lock);
+	if (fs->npcache < PERM_CACHE)
+		fs->pcache[fs->npcache++] = e;
+	pthread_mutex_unlock(&fs->lock);
+	return e;
+}
+
+/*
+ * The caller's supplementary groups (fuse_req_getgroups() reads them from
+ * /proc/PID/task/PID/status of the calling thread, which waits in this
+ * request meanwhile); their count, or -1 when they cannot be had: -ENOSYS,
+ * or a caller not visible in the daemon's PID namespace (pid 0), gone, or
+ * whose /proc cannot be read. Then the primary gid alone is known, and
+ * every answer that other groups could change refuses
+ * (placefs_perm_reads_primary()): the primary gid taken as the whole list
+ * would let a member of a group that a mode or ACL refuses (mode 0604)
+ * pass as "other".
+ */
+static int who_groups(fuse_req_t req, struct ioctl_who *w)
+{
+	int n = fuse_req_getgroups(req, WHO_GROUPS, w->small);
+
+	/* The list may grow between two reads: a bigger one until it fits. */
+	for (int tries = 0; n > WHO_GROUPS && tries < 4; tries++) {
+		gid_t *g = malloc((size_t)n * sizeof(*g));
+		int got;
+
+		if (!g)
+			return -1;
+		got = fuse_req_getgroups(req, n, g);
+		if (got >= 0 && got <= n) {
+			w->groups = g;
+			return got;
+		}
+		free(g);
+		n = got;
+	}
+	return n >= 0 && n <= WHO_GROUPS ? n : -1;
+}
+
+void ioctl_who_get(struct placefs_ioctl *fs, fuse_req_t req, struct ioctl_who *w)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	w->uid = ctx->uid;
+	w->gid = ctx->gid;
+	w->groups = w->small;
+	w->ngroups = -1;
+	if (w->uid != 0 && perm_primary(fs, w->uid, w->gid).groups)
+		w->ngroups = who_groups(req, w);
+}
+
+void ioctl_who_release(struct ioctl_who *w)
+{
+	if (w->groups != w->small)
+		free(w->groups);
+	w->groups = w->small;
+	w->ngroups = -1;
+}
+
+/* Whether w may read p: exactly with its groups, else only what no group list refuses. */
+static bool who_reads(const struct ioctl_who *w, const struct placefs_perm *p)
+{
+	if (w->ngroups >= 0)
+		return placefs_perm_reads(p, w->uid, w->gid, w->groups, (size_t)w->ngroups);
+	return placefs_perm_reads_primary(p, w->uid, w->gid) == PLACEFS_PERM_YES;
+}
+
+bool ioctl_perm_reads(struct placefs_ioctl *fs, const struct ioctl_who *w, uint32_t shard)
+{
+	if (w->uid == 0)
+		return true;
+	if (shard >= fs->m->nshards)
 		return false;
-	if (p->gid == gid)
-		return p->mode & S_IRGRP;
-	return p->mode & S_IROTH;
+	return who_reads(w, &fs->m->perms[shard]);
+}
+
+static int cmp_gid(const void *a, const void *b)
+{
+	gid_t x = *(const gid_t *)a, y = *(const gid_t *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 /*
  * Borrowing lends a mapping (host) or IPC handle (CUDA) of the whole ring,
  * which holds tensors of every shard that other clients stage: only a
  * caller who may read every shard may borrow (root, the daemon's uid, or a
- * uid whose mode bits, with its primary group, read every shard). Copy
- * mode writes only the caller's own tensor and stays open to everyone who
- * may open the file. Decided once per (uid, gid), from the shards' modes
- * at mount (which the tree's modes are made from).
+ * caller whose uid and groups read every shard), and on a host ring only
+ * one who may open its shm object (ioctl_ring_share() lets exactly the
+ * widest such audience it can name open it): a grant is always usable.
+ * Copy mode writes only the caller's own tensor and stays open to everyone
+ * who may read it. Where the primary group decides, the answer is
+ * remembered per (uid, gid); else per (uid, gid, group list), a few.
  */
-bool ioctl_may_borrow(struct placefs_ioctl *fs, uid_t uid, gid_t gid)
+bool ioctl_may_borrow(struct placefs_ioctl *fs, const struct ioctl_who *w)
 {
+	struct perm_entry e;
+	struct perm_groups *c;
+	gid_t *sorted;
+	size_t i, n;
 	bool ok = true;
-	size_t i;
 
-	if (uid == 0 || uid == fs->self_uid)
+	if (w->uid == 0 || w->uid == fs->self_uid)
 		return true;
+	e = perm_primary(fs, w->uid, w->gid);
+	if (e.borrow != PLACEFS_PERM_DEPENDS)
+		return e.borrow == PLACEFS_PERM_YES;
+	if (w->ngroups < 0)
+		return false;
+	n = (size_t)w->ngroups;
+	sorted = malloc((n ? n : 1) * sizeof(*sorted));
+	if (!sorted)
+		return false;
+	if (n)
+		memcpy(sorted, w->groups, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), cmp_gid);
 	pthread_mutex_lock(&fs->lock);
-	for (i = 0; i < fs->npcache; i++) {
-		if (fs->pcache[i].uid == uid && fs->pcache[i].gid == gid) {
-			ok = fs->pcache[i].ok;
+	for (i = 0; i < fs->ngcache; i++) {
+		c = &fs->gcache[i];
+		if (c->uid == w->uid && c->gid == w->gid && c->ngroups == n &&
+		    (n == 0 || memcmp(c->groups, sorted, n * sizeof(*sorted)) == 0)) {
+			ok = c->ok;
 			pthread_mutex_unlock(&fs->lock);
+			free(sorted);
 			return ok;
 		}
 	}
-	for (i = 0; ok && i < fs->nperms; i++)
-		ok = ioctl_perm_reads(&fs->perms[i], uid, gid);
-	/* A full cache stays as it is: the answer is recomputed, O(shards). */
-	if (fs->npcache < PERM_CACHE)
-		fs->pcache[fs->npcache++] = (struct perm_entry){uid, gid, ok};
+	pthread_mutex_unlock(&fs->lock);
+	for (i = 0; ok && i < fs->m->nshards; i++)
+		ok = who_reads(w, &fs->m->perms[i]);
+	if (ok && fs->ring_host)
+		ok = who_reads(w, &fs->ring_perm);
+	pthread_mutex_lock(&fs->lock);
+	/* The oldest answer makes room. */
+	c = &fs->gcache[fs->gnext];
+	fs->gnext = (fs->gnext + 1) % PERM_GROUPS_CACHE;
+	if (fs->ngcache < PERM_GROUPS_CACHE)
+		fs->ngcache++;
+	free(c->groups);
+	*c = (struct perm_groups){w->uid, w->gid, n, sorted, ok};
 	pthread_mutex_unlock(&fs->lock);
 	return ok;
 }
 
-/* Reads every shard's owner, group, mode and whether it has an ACL; -ENOMEM or 0. */
 int ioctl_perms_init(struct placefs_ioctl *fs)
 {
-	size_t i, n = fs->m->nshards;
-	struct stat st;
+	/* As host_open() creates a ring: the daemon's, mode 0600. */
+	fs->ring_host = false;
+	return placefs_perm_init(&fs->ring_perm, fs->self_uid, getegid(), 0600, NULL, 0, "ring",
+	                         NULL);
+}
 
-	fs->perms = calloc(n ? n : 1, sizeof(*fs->perms));
-	if (!fs->perms)
-		return -ENOMEM;
-	fs->nperms = n;
-	for (i = 0; i < n; i++) {
-		int fd = placefs_ckpt_shard(fs->m->ckpt, i)->fd;
-		struct shard_perm *p = &fs->perms[i];
+/* Gives every host ring group gid and mode `mode`; 0, or the first error (logged). */
+static int ring_share_all(struct placefs_ioctl *fs, gid_t gid, mode_t mode)
+{
+	struct placefs_error e;
+	int rc;
 
-		if (fstat(fd, &st) != 0) {
-			/* Unknown: nobody but root and the daemon's uid may borrow. */
-			p->uid = 0;
-			p->mode = 0;
-			p->acl = true;
+	for (unsigned k = 0; k < fs->nst; k++) {
+		if (fs->infos[k].handle_kind != PLACEFS_IOC_HANDLE_HOST_SHM)
 			continue;
+		placefs_error_clear(&e);
+		rc = placefs_backend_share_ring(
+		        placefs_stager_backend(placefs_stagers_at(fs->ss, k)), gid, mode, &e);
+		if (rc < 0) {
+			placefs_log(LOG_WARNING, "staging: %s", e.msg);
+			return rc;
 		}
-		p->uid = st.st_uid;
-		p->gid = st.st_gid;
-		p->mode = st.st_mode;
-		p->acl = fgetxattr(fd, "system.posix_acl_access", NULL, 0) > 0;
 	}
 	return 0;
+}
+
+void ioctl_ring_share(struct placefs_ioctl *fs)
+{
+	enum placefs_perm_audience a;
+	gid_t g = getegid(), share = (gid_t)-1;
+	mode_t mode = 0600;
+	bool host = false;
+
+	for (unsigned k = 0; k < fs->nst; k++)
+		host |= fs->infos[k].handle_kind == PLACEFS_IOC_HANDLE_HOST_SHM;
+	if (!host)
+		return;
+	fs->ring_host = true;
+	a = placefs_perm_audience(fs->m->perms, fs->m->nshards, &share);
+	if (a == PLACEFS_PERM_ANYONE)
+		mode = 0644;
+	else if (a == PLACEFS_PERM_GROUP)
+		mode = 0640;
+	if (a != PLACEFS_PERM_NOBODY &&
+	    ring_share_all(fs, a == PLACEFS_PERM_GROUP ? share : g, mode) < 0) {
+		/* Back to the daemon's alone: then only root and it may borrow. */
+		a = PLACEFS_PERM_NOBODY;
+		mode = 0600;
+		ring_share_all(fs, g, mode);
+	}
+	if (a == PLACEFS_PERM_GROUP)
+		g = share;
+	placefs_perm_release(&fs->ring_perm);
+	placefs_perm_init(&fs->ring_perm, fs->self_uid, g, mode, NULL, 0, "ring", NULL);
+	if (a == PLACEFS_PERM_ANYONE)
+		placefs_log(LOG_INFO, "staging: every shard is readable by everyone: anyone may "
+		                      "borrow (the ring's shm object is mode 0644)");
+	else if (a == PLACEFS_PERM_GROUP)
+		placefs_log(LOG_INFO,
+		            "staging: every member of group %u may read every shard: they may "
+		            "borrow (the ring's shm object is group %u, mode 0640); other users "
+		            "copy",
+		            (unsigned)g, (unsigned)g);
+	else
+		placefs_log(LOG_INFO, "staging: no group of users may read every shard: only root "
+		                      "and the daemon's user may borrow (the ring's shm object is "
+		                      "mode 0600); other users copy");
 }

@@ -86,8 +86,7 @@ static int entry_check(struct bjob *j, size_t i, const struct placefs_tensor **t
 		        t->name, (unsigned long long)t->nbytes,
 		        placefs_placement_name(pe->placement),
 		        (unsigned long long)fs->info.ring_bytes);
-	if (j->r.uid != 0 && t->shard < fs->nperms &&
-	    !ioctl_perm_reads(&fs->perms[t->shard], j->r.uid, j->gid))
+	if (!ioctl_perm_reads(fs, &j->who, t->shard))
 		return placefs_error_set(err, -EACCES, PLACEFS_E_USAGE,
 		                         "uid %u may not read the shard of tensor \"%s\"",
 		                         (unsigned)j->r.uid, t->name);
@@ -516,7 +515,6 @@ void ioctl_do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 	j.r.fh = fh;
 	j.r.uid = ctx->uid;
 	j.r.pid = ctx->pid;
-	j.gid = ctx->gid;
 	/*
 	 * On the worker itself, while enough stay free for RELEASE and
 	 * INTERRUPT and the user holds at most half of those slots; else
@@ -537,6 +535,8 @@ void ioctl_do_batch(fuse_req_t req, struct placefs_ioctl *fs, uint64_t fh,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	/* The caller's groups, where a shard's answer needs them: read once, here. */
+	ioctl_who_get(fs, req, &j.who);
 	memcpy(j.io, in, sizeof(*j.io));
 	rc = batch_items(&j, why, sizeof(why));
 	if (rc == -EINVAL) {
@@ -601,4 +601,5 @@ out_reply_err:
 	free(j.runs);
 	free(j.items);
 	free(j.io);
+	ioctl_who_release(&j.who);
 }

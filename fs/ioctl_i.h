@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/perm.h"
 #include "common/slice.h"
 #include "ioctl.h"
 #include "log.h"
@@ -45,8 +46,12 @@
 #define TIMEOUT_MAX_NS (3155760000ULL * 1000000000ULL)
 /* Buckets of the lease table (leases of users whose ring share is ioctl_capped). */
 #define LEASE_BUCKETS 256
-/* (uid, gid) pairs whose right to borrow is remembered. */
+/* (uid, gid) pairs whose answers are remembered (struct perm_entry). */
 #define PERM_CACHE 64
+/* Callers' group lists whose right to borrow is remembered (struct perm_groups). */
+#define PERM_GROUPS_CACHE 16
+/* Supplementary groups a struct ioctl_who holds without the heap. */
+#define WHO_GROUPS 32
 
 /* What one user has now (fs->lock). */
 struct user_use {
@@ -66,17 +71,36 @@ struct lease_rec {
 	uint64_t bytes;
 };
 
-/* What decides who may read a shard, as it was at mount. */
-struct shard_perm {
+/*
+ * Who asks: the request's uid and gid (FUSE passes the caller's fsuid and
+ * fsgid, what the kernel checks) and, when a decision about them depends
+ * on it, the caller's supplementary groups (ioctl_who_get()).
+ */
+struct ioctl_who {
 	uid_t uid;
 	gid_t gid;
-	mode_t mode;
-	bool acl; /* it has an access ACL: only its owner bits are trusted */
+	int ngroups;   /* -1: not known (not needed, or they could not be read) */
+	gid_t *groups; /* ngroups of them: small[] or the heap */
+	gid_t small[WHO_GROUPS];
 };
 
+/*
+ * What (uid, gid) may do, as far as it is known without the supplementary
+ * groups (lib/common/perm.h's placefs_perm_reads_primary()); fs->lock.
+ */
 struct perm_entry {
 	uid_t uid;
 	gid_t gid;
+	bool groups; /* some shard's answer depends on the supplementary groups */
+	enum placefs_perm_answer borrow; /* DEPENDS: decided with the groups */
+};
+
+/* A caller's right to borrow with its group list (fs->lock). */
+struct perm_groups {
+	uid_t uid;
+	gid_t gid;
+	size_t ngroups;
+	gid_t *groups; /* sorted */
 	bool ok;
 };
 
@@ -114,8 +138,8 @@ struct bitem {
 
 /* One STAGE_BATCH request while it runs: its items go to the batch pool. */
 struct bjob {
-	struct sreq r; /* cancel flag, the in-flight list, the caller's ids */
-	gid_t gid;
+	struct sreq r;                      /* cancel flag, the in-flight list, the caller's ids */
+	struct ioctl_who who;               /* the caller, for each entry's permission */
 	struct placefs_ioc_stage_batch *io; /* in and out */
 	int dfd;                            /* read mode: the destination shm object */
 	unsigned pos;                       /* copy mode: the stager of the destination's device */
@@ -206,10 +230,17 @@ struct placefs_ioctl {
 	struct user_use *users;
 	size_t nusers;
 	struct lease_rec *leases[LEASE_BUCKETS];
-	struct shard_perm *perms; /* per shard */
-	size_t nperms;
 	struct perm_entry pcache[PERM_CACHE];
 	size_t npcache;
+	struct perm_groups gcache[PERM_GROUPS_CACHE];
+	size_t ngcache, gnext;
+	/*
+	 * Who may open the host rings (their shm objects' owner, group and mode,
+	 * as ioctl_ring_share() set them): a borrow or a ring handle goes only to
+	 * a caller who may (ring_host). CUDA rings: anyone who reads every shard.
+	 */
+	bool ring_host;
+	struct placefs_perm ring_perm;
 };
 
 /* ---- ioctl.c: helpers, request checks, cancellation, hints ---- */
@@ -270,12 +301,34 @@ bool ioctl_lease_add(struct placefs_ioctl *fs, const struct sreq *r, uint64_t le
 /* Lease `lease` ended, or every lease of file handle fh: their bytes no longer count. */
 void ioctl_lease_end(struct placefs_ioctl *fs, uint64_t lease);
 void ioctl_lease_end_owner(struct placefs_ioctl *fs, uint64_t fh);
-/* Whether shard permission p lets (uid, gid) read it (see ioctl_access.c). */
-bool ioctl_perm_reads(const struct shard_perm *p, uid_t uid, gid_t gid);
-/* Whether (uid, gid) may borrow: read every shard. */
-bool ioctl_may_borrow(struct placefs_ioctl *fs, uid_t uid, gid_t gid);
-/* Reads every shard's owner, group, mode and ACL at mount; -ENOMEM or 0. */
+/*
+ * Fills w for request req: its uid and gid, and its supplementary groups
+ * when some decision for (uid, gid) depends on them (read from /proc by
+ * fuse_req_getgroups(); ngroups -1 when it cannot say). Release with
+ * ioctl_who_release().
+ */
+void ioctl_who_get(struct placefs_ioctl *fs, fuse_req_t req, struct ioctl_who *w);
+void ioctl_who_release(struct ioctl_who *w);
+/*
+ * Whether w may read shard i, as the kernel would let it open the shard
+ * (lib/common/perm.h); with its groups unknown, only what no group list
+ * could refuse. Root reads everything.
+ */
+bool ioctl_perm_reads(struct placefs_ioctl *fs, const struct ioctl_who *w, uint32_t shard);
+/*
+ * Whether w may borrow: read every shard (a lease lends the whole ring)
+ * and, for host rings, open the ring's shm object (ioctl_ring_share()).
+ * Root and the daemon's uid may.
+ */
+bool ioctl_may_borrow(struct placefs_ioctl *fs, const struct ioctl_who *w);
+/* The host rings' owner, group and mode before ioctl_ring_share(): the daemon's, 0600. */
 int ioctl_perms_init(struct placefs_ioctl *fs);
+/*
+ * Once the stagers exist: lets the widest audience that reads every shard
+ * (everyone, or one group) open the host rings read-only, and records it in
+ * ring_perm; logged. A ring that cannot be shared stays the daemon's alone.
+ */
+void ioctl_ring_share(struct placefs_ioctl *fs);
 
 /* ---- ioctl_stage.c: STAGE ---- */
 

@@ -218,6 +218,8 @@ void ioctl_do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint
 	struct placefs_mount *m = fs->m;
 	const struct placefs_plan_entry *e = placefs_plan_entry(m->plan, entry);
 	const struct fuse_ctx *ctx;
+	struct ioctl_who who;
+	bool allowed, borrow_ok;
 	struct sreq local, *r;
 	struct user_use *u = NULL;
 	struct placefs_slice_layout lay;
@@ -304,12 +306,27 @@ void ioctl_do_stage(fuse_req_t req, struct placefs_ioctl *fs, size_t entry, uint
 	}
 
 	ctx = fuse_req_ctx(req);
-	if (in->mode == PLACEFS_IOC_STAGE_BORROW && !ioctl_may_borrow(fs, ctx->uid, ctx->gid)) {
+	/*
+	 * The caller opened the file, but the daemon decides for itself, as the
+	 * kernel would for this caller's credentials (a descriptor handed over
+	 * by another process carries no right to stage), every mode and slice.
+	 */
+	ioctl_who_get(fs, req, &who);
+	allowed = ioctl_perm_reads(fs, &who, e->tensor->shard);
+	borrow_ok = allowed && (in->mode != PLACEFS_IOC_STAGE_BORROW || ioctl_may_borrow(fs, &who));
+	ioctl_who_release(&who);
+	if (!allowed) {
+		ioctl_refuse(req, fs, EACCES,
+		             "'%s': uid %u may not read the shard of tensor \"%s\"", e->fname,
+		             (unsigned)ctx->uid, e->tensor->name);
+		return;
+	}
+	if (!borrow_ok) {
 		atomic_fetch_add_explicit(&fs->denied, 1, memory_order_relaxed);
 		ioctl_refuse(
 		        req, fs, EACCES,
 		        "'%s': uid %u may not borrow: a lease lends the whole ring, and this user "
-		        "may not read every shard (copy mode works)",
+		        "may not read every shard or open the ring (copy mode works)",
 		        e->fname, (unsigned)ctx->uid);
 		return;
 	}

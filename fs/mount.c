@@ -308,6 +308,22 @@ int placefs_mount_aux_ok(struct placefs_mount *m, size_t j)
 	return rc;
 }
 
+/*
+ * Who may read an open file (a shard, an aux file), as at mount. An ACL
+ * that cannot be read or that the kernel's rules refuse is logged, and the
+ * file is then shown to its owner (and root) only, as the kernel lets
+ * nobody else past an ACL it cannot use.
+ */
+static void perm_read(struct placefs_perm *p, int fd, const char *path, const char *what)
+{
+	struct placefs_error e;
+
+	placefs_error_clear(&e);
+	if (placefs_perm_from_fd(p, fd, path, &e) < 0)
+		placefs_log(LOG_WARNING, "%s; %s %s is served to its owner and root only", e.msg,
+		            what, path);
+}
+
 static int cmp_aux(const void *a, const void *b)
 {
 	return strcmp(((const struct placefs_aux_file *)a)->name,
@@ -351,7 +367,10 @@ static int aux_open(struct placefs_mount *m, DIR *d, const char *name, const cha
 	if (asprintf(&a->path, "%s/%s", dir, name) < 0)
 		a->path = NULL;
 	m->naux++;
-	return a->name && a->path ? 1 : -ENOMEM;
+	if (!a->name || !a->path)
+		return -ENOMEM;
+	perm_read(&a->perm, fd, a->path, "the file");
+	return 1;
 }
 
 /* The aux files: the source directory's top-level entries lib/view wants, sorted by name. */
@@ -491,6 +510,14 @@ int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
 			goto nomem;
 		}
 	}
+	m->perms = calloc(m->nshards ? m->nshards : 1, sizeof(*m->perms));
+	if (!m->perms)
+		goto nomem;
+	for (i = 0; i < m->nshards; i++) {
+		const struct placefs_shard *s = placefs_ckpt_shard(ckpt, i);
+
+		perm_read(&m->perms[i], s->fd, s->path, "shard");
+	}
 	placefs_stats_table_zero(counter_rows, PLACEFS_STATS_ROWS(counter_rows),
 	                         (void *const[]){&m->ctr});
 	atomic_init(&m->next_fh, 0);
@@ -544,12 +571,13 @@ int placefs_mount_make_tree(struct placefs_mount *m, const char *plan_note,
 	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++)
 		views.view[k] = m->views[k];
 	for (size_t j = 0; j < m->naux; j++)
-		aux[j] = (struct placefs_vtree_aux){m->aux[j].name, m->aux[j].fd, &m->aux[j].st};
+		aux[j] = (struct placefs_vtree_aux){m->aux[j].name, m->aux[j].fd, &m->aux[j].st,
+		                                    &m->aux[j].perm};
 	views.aux = aux;
 	views.naux = m->naux;
 	/* Without the views (a zeroed mount in a test), no .placefs/views. */
-	rc = placefs_vtree_create(m->ckpt, m->plan, m->opts->source, plan_note, getuid(), getgid(),
-	                          now, m->views[0] ? &views : NULL, &m->vt, err);
+	rc = placefs_vtree_create(m->ckpt, m->plan, m->perms, m->opts->source, plan_note, getuid(),
+	                          getgid(), now, m->views[0] ? &views : NULL, &m->vt, err);
 	free(aux); /* the tree copies the array */
 	return rc;
 }
@@ -587,6 +615,10 @@ void placefs_mount_release(struct placefs_mount *m)
 	free(m->maps);
 	free(m->map_len);
 	free(m->health);
+	for (i = 0; m->perms && i < m->nshards; i++)
+		placefs_perm_release(&m->perms[i]);
+	free(m->perms);
+	m->perms = NULL;
 	placefs_vtree_free(m->vt);
 	for (int k = 0; k < PLACEFS_VIEW_KINDS; k++) {
 		placefs_view_free(m->views[k]);
@@ -597,6 +629,7 @@ void placefs_mount_release(struct placefs_mount *m)
 			close(m->aux[i].fd);
 		free(m->aux[i].name);
 		free(m->aux[i].path);
+		placefs_perm_release(&m->aux[i].perm);
 	}
 	free(m->aux);
 	m->aux = NULL;

@@ -44,6 +44,7 @@
 
 #include "model/ckpt.h"
 #include "common/error.h"
+#include "common/perm.h"
 #include "opts.h"
 #include "model/plan.h"
 #include "model/view.h"
@@ -86,6 +87,7 @@ struct placefs_aux_file {
 	int fd;         /* read-only, for the life of the mount */
 	struct stat st; /* as validated at mount: its size is the file's in the views */
 	atomic_int bad; /* 1 once a check failed (logged once) */
+	struct placefs_perm perm; /* who may read it, as at mount (its own owner, mode, ACL) */
 };
 
 struct placefs_shard_health; /* per shard, private to fs/mount.c */
@@ -104,6 +106,12 @@ struct placefs_mount {
 
 	size_t nshards;
 	struct placefs_shard_health *health; /* per shard: use the functions below */
+	/*
+	 * Per shard: who may read it (owner, group, mode, access ACL), read at
+	 * mount (lib/common/perm.h). The daemon's own checks (fs/ioctl_access.c)
+	 * decide with it, and the tree shows it to the kernel (fs/vtree.h).
+	 */
+	struct placefs_perm *perms;
 	/* read_mode=mmap: per shard PROT_READ mapping, or NULL; use placefs_mount_shard_map() */
 	const uint8_t **maps;
 	size_t *map_len;

@@ -301,13 +301,31 @@ static void placefs_op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	/*
-	 * No FUSE_CAP_POSIX_ACL: placefs has no ACLs, and getxattr answers
-	 * EOPNOTSUPP for every namespace but user. (see placefs_op_getxattr),
-	 * which `ls -l` remembers per filesystem. With POSIX ACL support the
-	 * kernel would ask the daemon once per inode (ENODATA, then cached):
-	 * one round trip per file on the first `ls -l`. Permission checks do not
-	 * depend on it: the mount always has default_permissions.
+	 * POSIX ACLs only where a shard or aux file has an extended one (named
+	 * users or groups): then the tensor and view files of that shard show
+	 * its ACL (placefs_op_getxattr), and the kernel evaluates it as it does
+	 * the source's (default_permissions). Without any, the mode bits say
+	 * everything, getxattr answers EOPNOTSUPP for every namespace but user.
+	 * (which `ls -l` remembers per filesystem), and the kernel never asks
+	 * for an ACL: with the capability it would ask once per inode (then
+	 * cached), one round trip per file on the first `ls -l`. A kernel that
+	 * does not offer it gets the narrowed modes (lib/common/perm.h).
 	 */
+	if (placefs_vtree_has_acls(m->vt)) {
+		if (conn->capable & FUSE_CAP_POSIX_ACL) {
+			conn->want |= FUSE_CAP_POSIX_ACL;
+			placefs_vtree_set_acls(m->vt, true);
+			placefs_log(LOG_INFO,
+			            "POSIX ACLs: files of shards with an access ACL show it, "
+			            "and the kernel checks it");
+		} else {
+			placefs_log(
+			        LOG_WARNING,
+			        "POSIX ACLs: the kernel does not offer them to FUSE; files of "
+			        "shards with an access ACL show narrowed modes instead (a group or "
+			        "other read bit only where the ACL lets every such caller read)");
+		}
+	}
 	/* Large O_DIRECT reads become parallel 1 MiB requests instead of a serial chain. */
 	if (conn->capable & FUSE_CAP_ASYNC_DIO)
 		conn->want |= FUSE_CAP_ASYNC_DIO;
@@ -896,6 +914,24 @@ static bool xattr_namespace_supported(const char *name)
 	return strncmp(name, "user.", 5) == 0;
 }
 
+/* The ACL names the kernel asks for once POSIX ACLs are negotiated (placefs_op_init). */
+static bool xattr_is_acl(const char *name)
+{
+	return strcmp(name, PLACEFS_PERM_ACL_XATTR) == 0 ||
+	       strcmp(name, "system.posix_acl_default") == 0;
+}
+
+/* The access ACL node `ino` shows, or NULL: none, or ACLs not negotiated. */
+static const uint8_t *acl_of(const struct placefs_mount *m, fuse_ino_t ino, size_t *len)
+{
+	const struct placefs_perm *p;
+
+	*len = 0;
+	if (!placefs_vtree_acls(m->vt) || !(p = placefs_vtree_perm(m->vt, ino)))
+		return NULL;
+	return placefs_perm_mirror_acl(p, len);
+}
+
 /*
  * Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err
  * (ENODATA: no such attribute, EOPNOTSUPP: namespace not supported, ERANGE, ENOMEM).
@@ -911,6 +947,19 @@ static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name
 	rc = placefs_vtree_get(m->vt, ino, &node);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (xattr_is_acl(name) && placefs_vtree_acls(m->vt)) {
+		/* Its source's access ACL, as the kernel evaluates it; no default ACLs. */
+		const uint8_t *acl = NULL;
+		size_t len = 0;
+
+		if (strcmp(name, PLACEFS_PERM_ACL_XATTR) == 0)
+			acl = acl_of(m, ino, &len);
+		if (!acl)
+			fuse_reply_err(req, ENODATA);
+		else
+			reply_xattr_data(req, (const char *)acl, len, size);
 		return;
 	}
 	if (!xattr_namespace_supported(name)) {
@@ -939,13 +988,19 @@ static void placefs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name
 /* Valid replies: fuse_reply_buf, fuse_reply_xattr (size probe), fuse_reply_err (ERANGE). */
 static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	/* The same for every tensor: xattr_names[], each NUL-terminated, built once. */
-	static const char list[] =
-	        XATTR_PREFIX "placement\0" XATTR_PREFIX "dtype\0" XATTR_PREFIX
-	                     "shape\0" XATTR_PREFIX "nbytes\0" XATTR_PREFIX "source\0" XATTR_PREFIX
-	                     "offset\0" XATTR_PREFIX "name\0" XATTR_PREFIX "index";
+	/*
+	 * The same for every tensor: xattr_names[], each NUL-terminated, built
+	 * once; then the access ACL's name where the node shows one.
+	 */
+	static const char list[] = XATTR_PREFIX
+	        "placement\0" XATTR_PREFIX "dtype\0" XATTR_PREFIX "shape\0" XATTR_PREFIX
+	        "nbytes\0" XATTR_PREFIX "source\0" XATTR_PREFIX "offset\0" XATTR_PREFIX
+	        "name\0" XATTR_PREFIX "index\0" PLACEFS_PERM_ACL_XATTR;
+	static const size_t acl_name = sizeof(PLACEFS_PERM_ACL_XATTR);
 	struct placefs_mount *m = placefs_mount_of(req);
 	struct placefs_vnode node;
+	size_t len;
+	bool acl;
 	int rc;
 
 	atomic_fetch_add_explicit(&m->ctr.xattr_requests, 1, memory_order_relaxed);
@@ -954,7 +1009,11 @@ static void placefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	reply_xattr_data(req, list, node.kind == PLACEFS_V_TENSOR ? sizeof(list) : 0, size);
+	acl = acl_of(m, ino, &len) != NULL;
+	if (node.kind == PLACEFS_V_TENSOR)
+		reply_xattr_data(req, list, sizeof(list) - (acl ? 0 : acl_name), size);
+	else
+		reply_xattr_data(req, list + sizeof(list) - acl_name, acl ? acl_name : 0, size);
 }
 
 /* Read-only: every write-class operation. Valid reply: fuse_reply_err (EROFS). */

@@ -4,22 +4,15 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/xattr.h>
 
 #include "common/clock.h"
 #include "common/strbuf.h"
 #include "vtree.h"
-
-/* Who may read a shard, as its tensor files show it. */
-struct shard_access {
-	uid_t uid;
-	gid_t gid;
-	mode_t mode; /* read bits only (0444 at most) */
-};
 
 /* A child of a view directory. */
 struct vchild {
@@ -38,7 +31,6 @@ struct vparts {
 	struct vchild *sorted[PLACEFS_VIEW_KINDS]; /* by name, for lookup */
 	size_t nlist[PLACEFS_VIEW_KINDS];
 	struct placefs_vtree_aux *aux; /* in the caller's order */
-	struct shard_access *aux_access;
 	size_t naux;
 };
 
@@ -60,7 +52,9 @@ struct placefs_vtree {
 	size_t n; /* plan entries */
 	uid_t uid;
 	gid_t gid;
-	struct shard_access *access; /* per shard */
+	const struct placefs_perm *perms; /* per shard */
+	bool has_acls;                    /* some shard or aux file shows an ACL */
+	atomic_bool acls;                 /* the kernel evaluates them (placefs_vtree_set_acls()) */
 	struct timespec now;
 	size_t *list[2]; /* plan entry indexes per placement, checkpoint order */
 	size_t nlist[2];
@@ -182,53 +176,6 @@ static int format_shards(const struct placefs_ckpt *ck, struct placefs_strbuf *s
 	return placefs_strbuf_adds(sb, "}\n");
 }
 
-/* The POSIX ACL xattr format (linux/posix_acl_xattr.h), little-endian. */
-#define ACL_XATTR_VERSION 2
-#define ACL_TAG_GROUP_OBJ 0x04
-#define ACL_TAG_MASK      0x10
-#define ACL_PERM_READ     0x04
-
-static uint32_t le32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/*
- * The read bits a shard's tensor files get: its own r bits for user, group
- * and other. With an extended POSIX ACL the group bits of st_mode are the
- * ACL mask, which may grant more than the owning group's entry does; then
- * the group may read only if both allow it. Named users and groups of the
- * ACL cannot be shown and are left out: the mount only ever grants less
- * than the source does.
- */
-static mode_t shard_read_bits(int fd, const struct stat *st)
-{
-	unsigned char buf[1024];
-	ssize_t len = fgetxattr(fd, "system.posix_acl_access", buf, sizeof(buf));
-	mode_t bits = st->st_mode & 0444;
-	int group_r = -1, mask_r = -1;
-	size_t off;
-
-	if (len < 0) {
-		/* ENODATA or ENOTSUP: no ACL. ERANGE: too large to read, so trust no group. */
-		return errno == ERANGE ? (mode_t)(bits & ~0040) : bits;
-	}
-	if ((size_t)len < 4 || le32(buf) != ACL_XATTR_VERSION || ((size_t)len - 4) % 8 != 0)
-		return bits & ~0040;
-	for (off = 4; off + 8 <= (size_t)len; off += 8) {
-		unsigned tag = (unsigned)buf[off] | (unsigned)buf[off + 1] << 8;
-		int r = (buf[off + 2] & ACL_PERM_READ) != 0;
-
-		if (tag == ACL_TAG_GROUP_OBJ)
-			group_r = r;
-		else if (tag == ACL_TAG_MASK)
-			mask_r = r;
-	}
-	if (mask_r >= 0 && !(group_r == 1 && mask_r == 1))
-		bits &= ~0040;
-	return bits;
-}
-
 static int cmp_child(const void *a, const void *b)
 {
 	return strcmp(((const struct vchild *)a)->name, ((const struct vchild *)b)->name);
@@ -246,15 +193,14 @@ static int build_views(struct placefs_vtree *vt, const struct placefs_vtree_view
 	v->base = PLACEFS_INO_FIRST + 2 * (uint64_t)vt->n;
 	v->naux = views->naux;
 	v->aux = calloc(v->naux ? v->naux : 1, sizeof(*v->aux));
-	v->aux_access = calloc(v->naux ? v->naux : 1, sizeof(*v->aux_access));
-	if (!v->aux || !v->aux_access)
+	if (!v->aux)
 		goto nomem;
 	if (v->naux)
 		memcpy(v->aux, views->aux, v->naux * sizeof(*v->aux));
 	for (size_t j = 0; j < v->naux; j++) {
-		v->aux_access[j].uid = v->aux[j].st->st_uid;
-		v->aux_access[j].gid = v->aux[j].st->st_gid;
-		v->aux_access[j].mode = shard_read_bits(v->aux[j].fd, v->aux[j].st);
+		size_t len;
+
+		vt->has_acls |= placefs_perm_mirror_acl(v->aux[j].perm, &len) != NULL;
 	}
 	next = v->base + 1 + PLACEFS_VIEW_KINDS + (uint64_t)v->naux;
 	for (k = 0; k < PLACEFS_VIEW_KINDS; k++) {
@@ -380,9 +326,10 @@ static int format_texts(struct placefs_vtree *vt, const char *source, const char
 }
 
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
-                         const char *source, const char *plan_note, uid_t uid, gid_t gid,
-                         struct timespec now, const struct placefs_vtree_views *views,
-                         struct placefs_vtree **out, struct placefs_error *err)
+                         const struct placefs_perm *perms, const char *source,
+                         const char *plan_note, uid_t uid, gid_t gid, struct timespec now,
+                         const struct placefs_vtree_views *views, struct placefs_vtree **out,
+                         struct placefs_error *err)
 {
 	struct placefs_vtree *vt;
 	size_t i, ns;
@@ -405,21 +352,12 @@ int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_pla
 		goto fail;
 	}
 	ns = placefs_ckpt_shard_count(ck);
-	vt->access = calloc(ns ? ns : 1, sizeof(*vt->access));
-	if (!vt->access)
-		goto nomem;
+	vt->perms = perms;
+	atomic_init(&vt->acls, false);
 	for (i = 0; i < ns; i++) {
-		const struct placefs_shard *sh = placefs_ckpt_shard(ck, i);
-		struct stat st;
+		size_t len;
 
-		if (fstat(sh->fd, &st) != 0) {
-			rc = placefs_error_set(err, -errno, PLACEFS_E_IO, "%s: cannot stat: %s",
-			                       sh->path, strerror(errno));
-			goto fail;
-		}
-		vt->access[i].uid = st.st_uid;
-		vt->access[i].gid = st.st_gid;
-		vt->access[i].mode = shard_read_bits(sh->fd, &st);
+		vt->has_acls |= placefs_perm_mirror_acl(&perms[i], &len) != NULL;
 	}
 	for (k = 0; k < 2; k++) {
 		vt->list[k] = malloc((vt->n ? vt->n : 1) * sizeof(size_t));
@@ -462,8 +400,6 @@ void placefs_vtree_free(struct placefs_vtree *vt)
 		free(vt->v.sorted[k]);
 	}
 	free(vt->v.aux);
-	free(vt->v.aux_access);
-	free(vt->access);
 	free(vt);
 }
 
@@ -564,6 +500,39 @@ int placefs_vtree_get(const struct placefs_vtree *vt, uint64_t ino, struct place
 	return view_node(vt, ino, node);
 }
 
+const struct placefs_perm *placefs_vtree_perm(const struct placefs_vtree *vt, uint64_t ino)
+{
+	const struct placefs_plan_entry *e;
+	struct placefs_vnode node;
+
+	if (placefs_vtree_get(vt, ino, &node) < 0)
+		return NULL;
+	switch (node.kind) {
+	case PLACEFS_V_TENSOR:
+		e = placefs_plan_entry(vt->plan, node.entry);
+		return &vt->perms[e->tensor->shard];
+	case PLACEFS_V_VIEW_SHARD:
+		return &vt->perms[placefs_view_file_shard(vt->v.view[node.view], node.entry)];
+	case PLACEFS_V_AUX: return vt->v.aux[node.entry].perm;
+	default: return NULL;
+	}
+}
+
+bool placefs_vtree_has_acls(const struct placefs_vtree *vt)
+{
+	return vt->has_acls;
+}
+
+void placefs_vtree_set_acls(struct placefs_vtree *vt, bool on)
+{
+	atomic_store(&vt->acls, on);
+}
+
+bool placefs_vtree_acls(const struct placefs_vtree *vt)
+{
+	return atomic_load_explicit(&vt->acls, memory_order_relaxed);
+}
+
 const struct placefs_plan_entry *placefs_vtree_entry(const struct placefs_vtree *vt, uint64_t ino)
 {
 	enum placefs_vkind kind;
@@ -584,6 +553,15 @@ static void fill_common(const struct placefs_vtree *vt, uint64_t ino, struct sta
 	st->st_mtim = vt->now;
 	st->st_ctim = vt->now;
 	st->st_nlink = 1;
+}
+
+/* A file of the mount that shows source permission p: its owner, group and read bits. */
+static void show_perm(const struct placefs_vtree *vt, const struct placefs_perm *p, struct stat *st)
+{
+	st->st_mode = S_IFREG | placefs_perm_mirror_mode(
+	                                p, atomic_load_explicit(&vt->acls, memory_order_relaxed));
+	st->st_uid = p->uid;
+	st->st_gid = p->gid;
 }
 
 static void set_size(struct stat *st, uint64_t size)
@@ -623,9 +601,7 @@ int placefs_vtree_stat(const struct placefs_vtree *vt, uint64_t ino, struct stat
 		uint32_t sh = placefs_view_file_shard(w, node.entry);
 
 		s = placefs_ckpt_shard(vt->ck, sh);
-		st->st_mode = S_IFREG | vt->access[sh].mode;
-		st->st_uid = vt->access[sh].uid;
-		st->st_gid = vt->access[sh].gid;
+		show_perm(vt, &vt->perms[sh], st);
 		set_size(st, placefs_view_file_size(w, node.entry));
 		st->st_atim = s->mtime;
 		st->st_mtim = s->mtime;
@@ -639,9 +615,7 @@ int placefs_vtree_stat(const struct placefs_vtree *vt, uint64_t ino, struct stat
 	case PLACEFS_V_AUX: {
 		const struct placefs_vtree_aux *a = &vt->v.aux[node.entry];
 
-		st->st_mode = S_IFREG | vt->v.aux_access[node.entry].mode;
-		st->st_uid = vt->v.aux_access[node.entry].uid;
-		st->st_gid = vt->v.aux_access[node.entry].gid;
+		show_perm(vt, a->perm, st);
 		st->st_nlink = PLACEFS_VIEW_KINDS;
 		set_size(st, (uint64_t)a->st->st_size);
 		st->st_atim = a->st->st_mtim;
@@ -661,9 +635,7 @@ int placefs_vtree_stat(const struct placefs_vtree *vt, uint64_t ino, struct stat
 		e = placefs_plan_entry(vt->plan, node.entry);
 		s = placefs_ckpt_shard(vt->ck, e->tensor->shard);
 		/* The shard's owner and read bits: default_permissions enforces its rules. */
-		st->st_mode = S_IFREG | vt->access[e->tensor->shard].mode;
-		st->st_uid = vt->access[e->tensor->shard].uid;
-		st->st_gid = vt->access[e->tensor->shard].gid;
+		show_perm(vt, &vt->perms[e->tensor->shard], st);
 		set_size(st, e->tensor->nbytes);
 		st->st_atim = s->mtime;
 		st->st_mtim = s->mtime;

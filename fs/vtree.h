@@ -37,6 +37,7 @@
 #ifndef PLACEFS_FS_VTREE_H
 #define PLACEFS_FS_VTREE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -45,6 +46,7 @@
 
 #include "model/ckpt.h"
 #include "common/error.h"
+#include "common/perm.h"
 #include "model/plan.h"
 #include "model/view.h"
 
@@ -94,8 +96,9 @@ struct placefs_vnode {
 /* One top-level file of the source shown in every view (fs/mount.c opens them). */
 struct placefs_vtree_aux {
 	const char *name;      /* as the views show it (lib/view's placefs_view_aux_name()) */
-	int fd;                /* open on it, for its ACL */
+	int fd;                /* open on it */
 	const struct stat *st; /* as validated at mount: size, owner, mode, mtime */
+	const struct placefs_perm *perm; /* who may read it, as at mount */
 };
 
 /* What .placefs/views shows; the views and the aux array must outlive the tree. */
@@ -113,21 +116,25 @@ struct placefs_vtree;
  * text of whole lines, is appended to .placefs/plan (the daemon's
  * "staging:" line). Directories, control
  * files and links get owner uid/gid and times `now`; tensors get their
- * shard's owner, group, mtime and read bits (mode 0444 at most: r for user,
- * group and other as the shard has them; with a POSIX ACL on the shard the
- * group may read only if both its entry and the mask allow it), so that the
- * kernel (default_permissions) grants access to a tensor's bytes exactly as
- * the source grants it, or less. `views` (NULL: no .placefs/views) gives
- * the views: view files get their shard's owner, read bits and mtime, as
+ * shard's owner, group, mtime and read bits from `perms` (one per shard,
+ * lib/common/perm.h; they must outlive the tree): mode 0444 at most, and,
+ * for a shard with an extended POSIX ACL, the bits that go with the ACL
+ * the tensor file shows (placefs_vtree_perm()) once placefs_vtree_set_acls()
+ * says the kernel evaluates it, else bits narrowed so that no caller the
+ * shard's ACL refuses is let in. So the kernel (default_permissions)
+ * grants access to a tensor's bytes exactly as the source grants it (or,
+ * without ACL support, less). `views` (NULL: no .placefs/views) gives the
+ * views: view files get their shard's owner, read bits, ACL and mtime, as
  * tensors do; aux files their own (nlink 3: one inode in the three views);
  * view indexes are control files. The control files that grow with the
  * plan are formatted on threads of their own, joined before it returns.
  * Returns 0 or a negative errno with a message.
  */
 int placefs_vtree_create(const struct placefs_ckpt *ck, const struct placefs_plan *plan,
-                         const char *source, const char *plan_note, uid_t uid, gid_t gid,
-                         struct timespec now, const struct placefs_vtree_views *views,
-                         struct placefs_vtree **out, struct placefs_error *err);
+                         const struct placefs_perm *perms, const char *source,
+                         const char *plan_note, uid_t uid, gid_t gid, struct timespec now,
+                         const struct placefs_vtree_views *views, struct placefs_vtree **out,
+                         struct placefs_error *err);
 void placefs_vtree_free(struct placefs_vtree *vt); /* NULL ok */
 
 /* Fills *node for `ino`. Returns 0, or -ENOENT for a number that is not in the tree. */
@@ -174,6 +181,22 @@ const struct placefs_view *placefs_vtree_view(const struct placefs_vtree *vt, in
 /* The aux files as given: aux file j is PLACEFS_V_AUX node entry j. */
 int placefs_vtree_aux_count(const struct placefs_vtree *vt);
 const struct placefs_vtree_aux *placefs_vtree_aux(const struct placefs_vtree *vt, size_t j);
+
+/*
+ * Who may read node `ino` as its source decides (a tensor or view file: its
+ * shard's; an aux file: its own), or NULL for the daemon's own nodes
+ * (directories, control files, links: everyone who may enter the mount).
+ */
+const struct placefs_perm *placefs_vtree_perm(const struct placefs_vtree *vt, uint64_t ino);
+/* Whether some node shows an ACL: a shard or aux file has one with named entries. */
+bool placefs_vtree_has_acls(const struct placefs_vtree *vt);
+/*
+ * Whether the kernel evaluates the ACLs the nodes show (FUSE_CAP_POSIX_ACL
+ * negotiated); until set, false: the modes are the narrowed ones. Set once,
+ * at INIT, before any other request.
+ */
+void placefs_vtree_set_acls(struct placefs_vtree *vt, bool on);
+bool placefs_vtree_acls(const struct placefs_vtree *vt);
 
 /* The plan entry of a tensor or link inode, or NULL. */
 const struct placefs_plan_entry *placefs_vtree_entry(const struct placefs_vtree *vt, uint64_t ino);

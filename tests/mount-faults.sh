@@ -152,12 +152,14 @@ umount_fs "$MP"
 
 # ---- who may read a tensor: its shard's owner and read bits ------------------------------
 # Four shards: 0644, 0600, 0640 with another group, and 0640 with a POSIX ACL
-# whose owning-group entry grants nothing (its group bits are the ACL mask).
-# Each tensor file shows its shard's owner, group and read bits (the group
-# bit only where the ACL's group entry and mask both allow it), and the kernel
-# (default_permissions) enforces them: with allow_other, user nobody reads
-# the 0644 shard's tensors, not the others, not even their xattrs; the
-# control files stay 0444. Without allow_other nobody cannot reach the mount.
+# that grants user nobody and not the owning group (its group bits are the
+# ACL mask). Each tensor file shows its shard's owner, group and read bits,
+# the ACL shard's its ACL too (doc/SEMANTICS.md; tests/mount-perms.sh has
+# the whole matrix), and the kernel (default_permissions) enforces them:
+# with allow_other, user nobody reads the 0644 shard's tensors and the ACL
+# shard's (a named user), not the others, not even their xattrs; the
+# owning group of the ACL shard does not; the control files stay 0444.
+# Without allow_other nobody cannot reach the mount.
 tmo 20 "$MKCKPT" -q --seed 12 --random 16 --max-bytes 4K --shards 4 --index perm ||
 	fail "mkckpt perm"
 P1=model-00001-of-00004.safetensors
@@ -188,7 +190,7 @@ fi
 chmod 0755 "$TMP"
 mount_fs perm "$MP" -o buffer_size=2K
 tmo 20 "$PYTHON" - "$MP" perm "$acl" <<'EOF' || fail "tensor files do not show their shard's owner and read bits"
-import os, stat, sys
+import os, stat, struct, sys
 mnt, src, acl = sys.argv[1], sys.argv[2], sys.argv[3]
 bad, seen = [], {}
 for f in os.listdir(mnt):
@@ -199,7 +201,14 @@ for f in os.listdir(mnt):
     st, ss = os.stat(p), os.stat(os.path.join(src, shard))
     want = ss.st_mode & 0o444
     if shard.endswith("00004-of-00004.safetensors") and acl == "set":
-        want = 0o400  # the ACL's group entry grants nothing
+        # 0440 with the ACL mirrored, each entry cut to its read bit (the
+        # mask is r--): the kernel evaluates it as the shard's
+        want = 0o440
+        def entries(v):
+            return [(t, q & 4, i) for t, q, i in struct.iter_unpack("<HHI", v[4:])]
+        if entries(os.getxattr(p, "system.posix_acl_access")) != entries(
+                os.getxattr(os.path.join(src, shard), "system.posix_acl_access")):
+            bad.append("%s: its ACL is not its shard's" % f)
     got = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
     if got != (want, ss.st_uid, ss.st_gid):
         bad.append("%s (%s): mode %o uid %d gid %d, expected %o %d %d" % (
@@ -235,9 +244,18 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
 	umount_fs "$MP"
 	mount_fs perm "$MP" -o buffer_size=2K,allow_other
 	mount_line "$MP" | grep -q 'default_permissions' || fail "no default_permissions: $(mount_line "$MP")"
-	tmo 10 $NOBODY cat "$MP/$f1" >nobody.out || fail "nobody cannot read $f1 (its shard is 0644)"
-	cmp -s nobody.out "$MP/$f1" || fail "nobody read other bytes of $f1"
-	for f in "$f2" "$f3" "$f4"; do
+	readable=$f1
+	private="$f2 $f3"
+	if [ "$acl" = set ]; then
+		readable="$f1 $f4"
+	else
+		private="$private $f4"
+	fi
+	for f in $readable; do
+		tmo 10 $NOBODY cat "$MP/$f" >nobody.out || fail "nobody cannot read $f (0644, or an ACL naming it)"
+		cmp -s nobody.out "$MP/$f" || fail "nobody read other bytes of $f"
+	done
+	for f in $private; do
 		out=$(tmo 10 $NOBODY cat "$MP/$f" 2>&1) && fail "nobody read $f, whose shard it may not read"
 		echo "$out" | grep -q 'Permission denied' || fail "nobody reading $f: $out"
 		out=$(tmo 10 $NOBODY getfattr -n user.placefs.name "$MP/$f" 2>&1) &&
@@ -247,11 +265,12 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
 	tmo 10 setpriv --reuid=65534 --regid=4242 --clear-groups cat "$MP/$f3" >/dev/null ||
 		fail "group 4242 cannot read $f3 (its shard is 0640, group 4242)"
 	if [ "$acl" = set ]; then
-		out=$(setpriv --reuid=65534 --regid="$(stat -c %g "perm/$P4")" --clear-groups \
+		# (uid 4243: 65534 is the ACL's named user, whose entry comes before the group's.)
+		out=$(setpriv --reuid=4243 --regid="$(stat -c %g "perm/$P4")" --clear-groups \
 			cat "$MP/$f4" 2>&1) && fail "the owning group read $f4 (its ACL group entry is ---)"
 	fi
 	tmo 10 $NOBODY cat "$MP/.placefs/plan" >/dev/null || fail "nobody cannot read .placefs/plan"
-	note "allow_other: nobody reads the 0644 shard's tensors, gets EACCES on the 0600, 0640 and ACL ones (ACL: $acl)"
+	note "allow_other: nobody reads the 0644 shard's tensors and those of the ACL naming it, gets EACCES on the 0600 and 0640 ones (ACL: $acl)"
 else
 	note "not root: the allow_other checks as user nobody are skipped"
 fi

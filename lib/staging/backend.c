@@ -289,6 +289,15 @@ int placefs_backend_read_ring(struct placefs_backend *be, uint64_t ring_off, voi
 	return be->ops->ring_to_host(be, ring_off, dst, n, err);
 }
 
+int placefs_backend_share_ring(const struct placefs_backend *be, gid_t gid, mode_t mode,
+                               struct placefs_error *err)
+{
+	if (!be->ops->share)
+		return placefs_error_set(err, -EOPNOTSUPP, PLACEFS_E_USAGE,
+		                         "%s: the ring's handle is not a file", be->ops->name);
+	return be->ops->share(be, gid, mode, err);
+}
+
 int placefs_backend_has_zero_copy(const struct placefs_backend *be)
 {
 	return be->ops->map_source && be->ops->unmap_source && be->ops->src_to_ring;

@@ -303,6 +303,19 @@ void placefs_backend_dest_stats(const struct placefs_backend *be,
 int placefs_shm_remove_stale(void (*report)(const char *name, uint64_t bytes, void *arg), void *arg,
                              struct placefs_error *err);
 
+/*
+ * Who may open the ring through its export handle: the host ring's shm
+ * object is created mode 0600 (the daemon's user alone); this gives it
+ * group gid ((gid_t)-1: unchanged) and permission bits `mode` (fchown,
+ * fchmod), e.g. 0640 for the members of a group or 0604 for everyone, so
+ * that the borrowers the daemon admits can map it read-only. -EOPNOTSUPP
+ * for a ring whose handle is no file (CUDA IPC: any process that may use
+ * the device opens it); else 0 or the errno of fchown/fchmod, with a
+ * message.
+ */
+int placefs_backend_share_ring(const struct placefs_backend *be, gid_t gid, mode_t mode,
+                               struct placefs_error *err);
+
 /* Copies ring bytes [ring_off, ring_off + n) into host memory dst (synchronous). */
 int placefs_backend_read_ring(struct placefs_backend *be, uint64_t ring_off, void *dst, uint64_t n,
                               struct placefs_error *err);

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "staging/backend_i.h"
@@ -256,6 +257,37 @@ static int host_ring_to_fd(struct placefs_backend *be, uint64_t ring_off, int fd
 	return placefs__pwrite_dest(fd, hp->ring + ring_off, n, off, "destination shm", err);
 }
 
+/*
+ * The ring's object is the daemon's, mode 0600 from creation; the daemon
+ * lets the borrowers it admits read it (and only read: they map it
+ * PROT_READ, and only the daemon writes the ring).
+ */
+static int host_share(const struct placefs_backend *be, gid_t gid, mode_t mode,
+                      struct placefs_error *err)
+{
+	const struct host_priv *hp = be->priv;
+
+	/*
+	 * An access ACL (inherited from a default ACL of /dev/shm) would let in
+	 * its named users once the group bits, its mask, allow reading: the
+	 * owner, group and mode alone decide.
+	 */
+	if (fremovexattr(hp->fd, "system.posix_acl_access") != 0 && errno != ENODATA &&
+	    errno != ENOTSUP && errno != EOPNOTSUPP)
+		return placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                         "host: cannot remove the ACL of the ring \"%s\": %s",
+		                         hp->name, strerror(errno));
+	if (gid != (gid_t)-1 && fchown(hp->fd, (uid_t)-1, gid) != 0)
+		return placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                         "host: cannot give the ring \"%s\" group %u: %s", hp->name,
+		                         (unsigned)gid, strerror(errno));
+	if (fchmod(hp->fd, mode) != 0)
+		return placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                         "host: cannot give the ring \"%s\" mode %04o: %s",
+		                         hp->name, (unsigned)mode, strerror(errno));
+	return 0;
+}
+
 const struct placefs_backend_ops placefs__host_ops = {
         .name = "host",
         .open = host_open,
@@ -269,6 +301,7 @@ const struct placefs_backend_ops placefs__host_ops = {
         .ipc_open = NULL,
         .ipc_close = NULL,
         .ring_to_device = NULL,
+        .share = host_share,
 };
 
 /* ---- stale objects ----------------------------------------------------------- */

@@ -92,6 +92,13 @@ struct placefs_backend_ops {
 	int (*src_to_ring)(struct placefs_backend *be, const unsigned *chunks, unsigned nchunks,
 	                   const void *src, uint64_t ring_off, uint64_t n,
 	                   struct placefs_error *err);
+	/*
+	 * Gives the ring's export handle group gid ((gid_t)-1: unchanged) and
+	 * permission bits `mode` (placefs_backend_share_ring()); NULL when the
+	 * handle is not a file (CUDA IPC).
+	 */
+	int (*share)(const struct placefs_backend *be, gid_t gid, mode_t mode,
+	             struct placefs_error *err);
 };
 
 struct placefs_backend {
