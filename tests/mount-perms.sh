@@ -21,6 +21,9 @@
 #     own), RING_INFO's handle and opening the ring: every answer must be
 #     the shard's (a borrow and the handle: every shard, and a ring the user
 #     can open);
+#   - the daemon in a PID namespace of its own, so that callers outside come
+#     with pid 0 and their supplementary groups cannot be read: a read batch
+#     grants only what no group list could refuse;
 #   - a second mount whose shards group sec may all read: its members (by
 #     primary or supplementary group) borrow with placefs-stage --mode borrow
 #     --verify, mapping the ring read-only; the others get EACCES.
@@ -88,6 +91,8 @@ as() {
 		--groups="$(id -G "$u" | tr ' ' ,)" "$@"
 }
 as out true || fail "setpriv cannot run as ${PFX}out"
+# The interpreter itself (python3 may be a wrapper the users cannot run).
+PYU=$("$PYTHON" -c 'import sys; print(sys.executable)')
 
 # ---- the shards: one cell each -------------------------------------------------------------------
 chmod 0755 "$TMP"
@@ -299,6 +304,59 @@ echo "$out"
 ring=$(stat -c '%a' /dev/shm/placefs-"$MOUNT_PID"-* 2>/dev/null)
 [ "$ring" = 600 ] || fail "the ring's shm object is mode $ring, expected 600"
 umount_fs "$MP"
+
+# ---- a caller whose groups the daemon cannot read ------------------------------------------------
+# The daemon in a PID namespace of its own: a caller outside it comes with pid 0, so its
+# supplementary groups cannot be read (fuse_req_getgroups fails); then only what no group
+# list could refuse is granted: never a shard the kernel refuses the caller.
+if command -v unshare >/dev/null 2>&1 && unshare --pid --fork true 2>/dev/null; then
+	MP3=$TMP/mnt3
+	mkdir -p "$MP3"
+	MOUNT_LOG=$TMP/ns.log
+	unshare --pid --kill-child=TERM "$PLACEFS" -f -o allow_other,device=host,buffer_size=1M \
+		"$CK" "$MP3" 2>"$MOUNT_LOG" &
+	NSPID=$!
+	DAEMONS="$DAEMONS $NSPID"
+	MOUNTS="$MOUNTS $MP3"
+	wait_ready "$MP3" "$NSPID" || fail "placefs in a PID namespace did not mount"
+	cat >"$TMP/nsbatch.py" <<'PYEOF'
+import errno, json, os, sys
+from placefs import _ioctl as ioc
+from placefs import Destination
+mnt, cells = sys.argv[1], sys.argv[2:]
+name = "/pfns-%d" % os.getpid()
+fd = os.open("/dev/shm" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.ftruncate(fd, 65536)
+pub = os.open(os.path.join(mnt, "other"), os.O_RDONLY)
+idx = {c: int(x) for c, x in (a.split("=") for a in cells)}
+res = ioc.stage_batch(pub, "read", Destination.shm(name, 0, 65536),
+                      [(i, 4096 * k) for k, i in enumerate(idx.values())])
+os.unlink("/dev/shm" + name)
+print(" ".join("%s=%s" % (c, "OK" if r[1] == 0 else errno.errorcode.get(r[1], r[1]))
+               for c, r in zip(idx, res)))
+PYEOF
+	args=""
+	for c in g0640 g0604 other uallow; do
+		args="$args $c=$(getfattr --only-values -n user.placefs.index "$MP3/$c")"
+	done
+	for u in pri sup out; do
+		got=$(as $u "$PYU" "$TMP/nsbatch.py" "$MP3" $args 2>&1) || fail "$u's batch: $got"
+		case $u in
+		pri) want="g0640=OK g0604=EACCES other=OK uallow=EACCES" ;;
+		# sec by a supplementary group: g0640 the kernel grants, but only a group
+		# list could tell; g0604 it refuses: both refused here.
+		sup) want="g0640=EACCES g0604=EACCES other=OK uallow=EACCES" ;;
+		# Not in sec, which only a group list could tell: g0604 refused here.
+		out) want="g0640=EACCES g0604=EACCES other=OK uallow=OK" ;;
+		esac
+		[ "$got" = "$want" ] || fail "$u in a PID namespace the daemon cannot see: $got, expected $want"
+	done
+	note "callers the daemon cannot see (pid 0): only what no group list refuses (pri, sup, out as expected)"
+	tmo 10 fusermount3 -u "$MP3" || fail "fusermount3 -u $MP3"
+	wait_for 10 gone "$NSPID" || fail "the daemon in the PID namespace did not exit"
+else
+	note "SKIP the PID namespace case: unshare --pid is not available"
+fi
 
 # ---- borrowing: every shard readable by group sec --------------------------------------------------
 CK2=$TMP/ck2
