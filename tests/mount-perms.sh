@@ -337,7 +337,7 @@ print(" ".join("%s=%s" % (c, "OK" if r[1] == 0 else errno.errorcode.get(r[1], r[
 PYEOF
 	args=""
 	for c in g0640 g0604 other uallow; do
-		args="$args $c=$(getfattr --only-values -n user.placefs.index "$MP3/$c")"
+		args="$args $c=$(getfattr --absolute-names --only-values -n user.placefs.index "$MP3/$c")"
 	done
 	for u in pri sup out; do
 		got=$(as $u "$PYU" "$TMP/nsbatch.py" "$MP3" $args 2>&1) || fail "$u's batch: $got"
