@@ -26,16 +26,17 @@
 #   tests/bench/many-tensors.sh [--moe L:H:E:I:V] [--quick] [--ring SIZE] [--quants "fp8 gptq"]
 #                               [--limits "512MiB none"]
 #
-# Default shape 48:1024:128:256:32000: fp8 56,019 tensors, 5.22 GB, median
-# 1,024 bytes, mean 93,105; gptq 74,643 tensors, 2.82 GB, median 4,096, mean
-# 37,728; the automatic ring 256 MiB. --quick a small one (for the dry run). Needs a CUDA build, a
+# Default shape 48:640:192:384:32000: fp8 83,667 tensors, 7.02 GB, median
+# 1,536 bytes, mean 83,901; gptq 111,507 tensors, 3.73 GB, median 2,560,
+# mean 33,421 (both: at least 50,000 tensors, a median under 4 KiB, a mean
+# under 256 KiB). --quick a small one (for the dry run). Needs a CUDA build, a
 # GPU and torch; BENCH_DEVICE=host is a dry run without a GPU (host ring, no
 # ceiling; the torch rows only where torch imports, on the cpu), which
 # scripts/test's bench layer runs with --quick. $ONESHOT_WORKERS is the
 # loaders' workers (oneshot.py). Results: stdout and
 # ${OUT:-/tmp}/many-tensors.txt.
 . "$(dirname "$0")/common.sh"
-moe=48:1024:128:256:32000
+moe=48:640:192:384:32000
 quants="fp8 gptq"
 limits="512MiB none"
 ring=1GiB
