@@ -43,6 +43,7 @@ enum {
 	TEXT_LAYOUT,
 	TEXT_SHARDS,
 	TEXT_COLUMN_CHUNKS,
+	TEXT_PACKED,
 	N_TEXT
 };
 
@@ -87,13 +88,14 @@ static const struct {
         [PLACEFS_INO_SHARDS] = {"shards.json", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_SHARDS},
         [PLACEFS_INO_COLUMN_CHUNKS] = {"columns.jsonl", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE,
                                        TEXT_COLUMN_CHUNKS},
+        [PLACEFS_INO_PACKED] = {"packed.tsv", PLACEFS_INO_CTL_DIR, PLACEFS_V_FILE, TEXT_PACKED},
 };
 
 /* Children of the fixed directories other than the root and the placement views. */
 static const uint64_t ctl_children[] = {
-        PLACEFS_INO_PLAN,          PLACEFS_INO_PLAN_JSON, PLACEFS_INO_COLUMNS,
-        PLACEFS_INO_COLUMN_CHUNKS, PLACEFS_INO_LAYOUT,    PLACEFS_INO_SHARDS,
-        PLACEFS_INO_STATS,         PLACEFS_INO_METADATA,  PLACEFS_INO_BYPL_DIR,
+        PLACEFS_INO_PLAN,     PLACEFS_INO_PLAN_JSON, PLACEFS_INO_COLUMNS, PLACEFS_INO_COLUMN_CHUNKS,
+        PLACEFS_INO_LAYOUT,   PLACEFS_INO_PACKED,    PLACEFS_INO_SHARDS,  PLACEFS_INO_STATS,
+        PLACEFS_INO_METADATA, PLACEFS_INO_BYPL_DIR,
 };
 #define N_CTL (sizeof(ctl_children) / sizeof(ctl_children[0]))
 static const uint64_t bypl_children[] = {PLACEFS_INO_GPU_DIR, PLACEFS_INO_CPU_DIR};
@@ -267,6 +269,7 @@ static void text_format(struct text_job *j)
 		j->rc = placefs_plan_format_column_chunks(j->plan, PLACEFS_PLAN_COLUMN_CHUNK,
 		                                          &j->sb);
 		break;
+	case TEXT_PACKED: j->rc = placefs_plan_format_packed(j->plan, &j->sb); break;
 	case TEXT_SHARDS: j->rc = format_shards(j->ck, &j->sb); break;
 	case TEXT_METADATA:
 	default: j->rc = format_metadata(j->ck, &j->sb); break;
@@ -280,11 +283,12 @@ static void *text_main(void *arg)
 }
 
 /*
- * Formats every control file's text into vt->text[]. The four that grow
- * with the plan (plan, plan.json, columns.json, columns.jsonl: megabytes for 100,000
- * tensors, a fifth of such a mount's time on one thread) are formatted side
- * by side, each on a thread of its own (inline when a thread cannot be had);
- * the formatters only read the plan and the checkpoint.
+ * Formats every control file's text into vt->text[]. The five that grow
+ * with the plan (plan, plan.json, columns.json, columns.jsonl, packed.tsv:
+ * megabytes for 100,000 tensors, a fifth of such a mount's time on one
+ * thread) are formatted side by side, each on a thread of its own (inline
+ * when a thread cannot be had); the formatters only read the plan and the
+ * checkpoint.
  */
 static int format_texts(struct placefs_vtree *vt, const char *source, const char *plan_note,
                         struct placefs_error *err)
@@ -300,7 +304,7 @@ static int format_texts(struct placefs_vtree *vt, const char *source, const char
 		                            .k = k};
 		placefs_strbuf_init(&jobs[k].sb);
 		if (k == TEXT_PLAN || k == TEXT_PLAN_JSON || k == TEXT_COLUMNS ||
-		    k == TEXT_COLUMN_CHUNKS)
+		    k == TEXT_COLUMN_CHUNKS || k == TEXT_PACKED)
 			jobs[k].threaded =
 			        pthread_create(&jobs[k].tid, NULL, text_main, &jobs[k]) == 0;
 	}

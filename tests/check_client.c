@@ -479,6 +479,274 @@ START_TEST(test_list_gpu)
 }
 END_TEST
 
+/* ---- .placefs/packed.tsv ---------------------------------------------------- */
+
+#define HEAD "# placement\tpacked\tnbytes\tdtype\tshape\tfile\n"
+
+/* dir/.placefs/packed.tsv holds len bytes of text (dir/.placefs made when missing). */
+static void put_packed(const char *dir, const char *text, size_t len)
+{
+	char *p = tu_path(dir, ".placefs");
+
+	ck_assert(mkdir(p, 0755) == 0 || errno == EEXIST);
+	free(p);
+	p = tu_path(dir, ".placefs/packed.tsv");
+	tu_write_file(p, text, len);
+	free(p);
+}
+
+/* packed.tsv of `text` is refused with -EPROTO, the message naming the file and `want`. */
+static void packed_bad(const char *dir, const char *text, size_t len, const char *want)
+{
+	struct placefs_client_packed *pk = (struct placefs_client_packed *)&pk;
+	struct placefs_client_error e;
+	char *path = tu_path(dir, ".placefs/packed.tsv");
+	int rc;
+
+	put_packed(dir, text, len);
+	memset(&e, 0, sizeof(e));
+	rc = placefs_client_packed_read(dir, &pk, &e);
+	ck_assert_msg(rc == -EPROTO, "want -EPROTO for '%.*s', got %d (%s)", (int)len, text, rc,
+	              e.msg);
+	ck_assert_int_eq(e.code, -EPROTO);
+	ck_assert_ptr_null(pk);
+	ck_assert_msg(strncmp(e.msg, path, strlen(path)) == 0, "message names no file: %s", e.msg);
+	ck_assert_msg(strstr(e.msg, want) != NULL, "want '%s' in: %s", want, e.msg);
+	ck_assert_ptr_null(strchr(e.msg, '\n'));
+	ck_assert_ptr_null(strchr(e.msg, '\t'));
+	free(path);
+}
+
+static void packed_bad_s(const char *dir, const char *text, const char *want)
+{
+	packed_bad(dir, text, strlen(text), want);
+}
+
+START_TEST(test_packed_good)
+{
+	static const char text[] = HEAD "gpu\t0\t300\tU8\t300\t%2Ea\n"
+	                                "gpu\t300\t24\tF32\t2,3\tb%2Fc\n"
+	                                "gpu\t324\t4\tF32\t\tscale\n"
+	                                "cpu\t0\t5000\tBF16\t2500\tbig,one\n"
+	                                "gpu\t512\t0\tF8_E4M3\t0,8\tw w\n"
+	                                "gpu\t512\t18446744073709551103\tU8\t"
+	                                "18446744073709551103\t50%25\n";
+	char *dir = tu_mkdtemp();
+	struct placefs_client_packed *pk = NULL;
+	const struct placefs_client_tensor *t;
+	struct placefs_client_error e;
+
+	put_packed(dir, text, sizeof(text) - 1);
+	ck_assert_msg(placefs_client_packed_read(dir, &pk, &e) == 0, "%s", e.msg);
+	ck_assert_ptr_nonnull(pk);
+	ck_assert_uint_eq(pk->count, 6);
+	ck_assert_uint_eq(pk->placed[PLACEFS_CLIENT_GPU], 5);
+	ck_assert_uint_eq(pk->placed[PLACEFS_CLIENT_CPU], 1);
+	ck_assert_uint_eq(pk->layout[PLACEFS_CLIENT_GPU], UINT64_MAX);
+	ck_assert_uint_eq(pk->layout[PLACEFS_CLIENT_CPU], 5000);
+	t = pk->tensors;
+	ck_assert_str_eq(t[0].file, "%2Ea");
+	ck_assert_uint_eq(t[0].placement, PLACEFS_CLIENT_GPU);
+	ck_assert_uint_eq(t[0].packed, 0);
+	ck_assert_uint_eq(t[0].nbytes, 300);
+	ck_assert_str_eq(t[0].dtype, "U8");
+	ck_assert_uint_eq(t[0].ndim, 1);
+	ck_assert_uint_eq(t[0].shape[0], 300);
+	ck_assert_str_eq(t[1].file, "b%2Fc");
+	ck_assert_uint_eq(t[1].packed, 300);
+	ck_assert_uint_eq(t[1].ndim, 2);
+	ck_assert_uint_eq(t[1].shape[0], 2);
+	ck_assert_uint_eq(t[1].shape[1], 3);
+	ck_assert_str_eq(t[2].file, "scale");
+	ck_assert_uint_eq(t[2].ndim, 0);
+	ck_assert_ptr_null(t[2].shape);
+	ck_assert_str_eq(t[2].dtype, "F32");
+	ck_assert_str_eq(t[3].file, "big,one");
+	ck_assert_uint_eq(t[3].placement, PLACEFS_CLIENT_CPU);
+	ck_assert_uint_eq(t[3].packed, 0);
+	ck_assert_uint_eq(t[3].nbytes, 5000);
+	ck_assert_str_eq(t[3].dtype, "BF16");
+	ck_assert_uint_eq(t[3].shape[0], 2500);
+	/* A 0-byte tensor ends where it starts: the next one may start there too. */
+	ck_assert_str_eq(t[4].file, "w w");
+	ck_assert_uint_eq(t[4].nbytes, 0);
+	ck_assert_str_eq(t[4].dtype, "F8_E4M3");
+	ck_assert_uint_eq(t[4].shape[0], 0);
+	ck_assert_uint_eq(t[4].shape[1], 8);
+	ck_assert_str_eq(t[5].file, "50%25");
+	ck_assert_uint_eq(t[5].packed + t[5].nbytes, UINT64_MAX);
+	placefs_client_packed_free(pk);
+	placefs_client_packed_free(NULL);
+
+	/* The header alone: no tensors, empty layouts. */
+	put_packed(dir, HEAD, strlen(HEAD));
+	ck_assert_msg(placefs_client_packed_read(dir, &pk, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(pk->count, 0);
+	ck_assert_uint_eq(pk->layout[PLACEFS_CLIENT_GPU], 0);
+	ck_assert_uint_eq(pk->placed[PLACEFS_CLIENT_CPU], 0);
+	placefs_client_packed_free(pk);
+	tu_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/* Larger than a read() at a time, and read to its end: the layout of many tensors. */
+START_TEST(test_packed_many)
+{
+	enum { N = 20000 };
+	char *dir = tu_mkdtemp(), line[128];
+	struct placefs_client_packed *pk = NULL;
+	struct placefs_client_error e;
+	size_t cap = N * sizeof(line), len = 0, i;
+	char *text = malloc(cap);
+
+	ck_assert_ptr_nonnull(text);
+	memcpy(text, HEAD, strlen(HEAD));
+	len = strlen(HEAD);
+	for (i = 0; i < N; i++) {
+		int k = snprintf(line, sizeof(line),
+		                 "%s\t%zu\t3\tBF16\t%zu,1,1,1,1,1,1,1,1,1\tt.%zu\n",
+		                 i % 3 ? "gpu" : "cpu", (i / 3) * 2000 + i % 3 * 256, i, i);
+
+		memcpy(text + len, line, (size_t)k);
+		len += (size_t)k;
+	}
+	put_packed(dir, text, len);
+	ck_assert_msg(placefs_client_packed_read(dir, &pk, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(pk->count, N);
+	ck_assert_uint_eq(pk->placed[PLACEFS_CLIENT_CPU], (N + 2) / 3);
+	for (i = 0; i < N; i++) {
+		char want[32];
+
+		snprintf(want, sizeof(want), "t.%zu", i);
+		ck_assert_str_eq(pk->tensors[i].file, want);
+		ck_assert_uint_eq(pk->tensors[i].ndim, 10);
+		ck_assert_uint_eq(pk->tensors[i].shape[0], i);
+		ck_assert_uint_eq(pk->tensors[i].shape[9], 1);
+	}
+	placefs_client_packed_free(pk);
+	free(text);
+	tu_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/* Every malformed file: -EPROTO (or its own errno), a message naming the file and the line. */
+START_TEST(test_packed_bad)
+{
+	char *dir = tu_mkdtemp(), *p, big[4096];
+	struct placefs_client_packed *pk = (struct placefs_client_packed *)&pk;
+	struct placefs_client_error e;
+	size_t i;
+	int fd;
+
+	/* No mount, no file. */
+	ck_assert_int_eq(placefs_client_packed_read(dir, &pk, &e), -ENOENT);
+	ck_assert_ptr_null(pk);
+	ck_assert_ptr_nonnull(strstr(e.msg, "not a placefs mount"));
+	ck_assert_int_eq(placefs_client_packed_read(dir, &pk, NULL), -ENOENT);
+
+	/* The file as a whole. */
+	packed_bad(dir, "", 0, "line 1: empty");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta", "line 2: the last line has no newline");
+	packed_bad_s(dir, "# placement\tpacked\tnbytes\tdtype\tshape\n", "line 1: '# placement?");
+	packed_bad_s(dir, "gpu\t0\t1\tU8\t1\ta\n", "line 1: 'gpu?0?1?U8?1?a' is not the header");
+	packed_bad(dir, HEAD "gpu\t0\t1\tU8\t1\ta\0b\n", strlen(HEAD) + 18, "a NUL byte");
+	/* Fields. */
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta\ngpu\t0\t1\tU8\ta\n", "line 3: 5 fields");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta\tb\n", "line 2: 7 fields");
+	packed_bad_s(dir, HEAD "\n", "line 2: 1 fields");
+	packed_bad_s(dir, HEAD "GPU\t0\t1\tU8\t1\ta\n", "line 2: placement 'GPU'");
+	packed_bad_s(dir, HEAD "\t0\t1\tU8\t1\ta\n", "placement '' is neither");
+	packed_bad_s(dir, HEAD "gpu\t01\t1\tU8\t1\ta\n", "line 2: packed '01' is not a decimal");
+	packed_bad_s(dir, HEAD "gpu\t-1\t1\tU8\t1\ta\n", "packed '-1'");
+	packed_bad_s(dir, HEAD "gpu\t+1\t1\tU8\t1\ta\n", "packed '+1'");
+	packed_bad_s(dir, HEAD "gpu\t\t1\tU8\t1\ta\n", "packed ''");
+	packed_bad_s(dir, HEAD "gpu\t 1\t1\tU8\t1\ta\n", "packed ' 1'");
+	packed_bad_s(dir, HEAD "gpu\t18446744073709551616\t1\tU8\t1\ta\n",
+	             "packed '18446744073709551616'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1x\tU8\t1\ta\n", "nbytes '1x'");
+	packed_bad_s(dir, HEAD "gpu\t0\t99999999999999999999\tU8\t1\ta\n", "nbytes '9999");
+	packed_bad_s(dir, HEAD "gpu\t18446744073709551615\t1\tU8\t1\ta\n", "ends past 2^64");
+	packed_bad_s(dir,
+	             HEAD "gpu\t0\t100\tU8\t100\ta\ncpu\t0\t100\tU8\t100\tb\n"
+	                  "gpu\t99\t1\tU8\t1\tc\n",
+	             "line 4: the gpu tensor at packed offset 99 overlaps the one before it, which "
+	             "ends at 100");
+	packed_bad_s(dir, HEAD "cpu\t512\t1\tU8\t1\ta\ncpu\t0\t1\tU8\t1\tb\n",
+	             "line 3: the cpu tensor at packed offset 0 overlaps");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\t\t1\ta\n", "line 2: dtype '' is not");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tbf16\t1\ta\n", "dtype 'bf16'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tF8-E4M3\t1\ta\n", "dtype 'F8-E4M3'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tABCDEFGHIJKLMNOPQRSTUVWXYZ012345\t1\ta\n",
+	             "dtype 'ABCDEFGHIJKLMNOPQRSTUVWXYZ012345' is not 1 to 31");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1,,2\ta\n", "line 2: shape '1,,2'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t,1\ta\n", "shape ',1'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1,\ta\n", "shape '1,'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t[1]\ta\n", "shape '[1]'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1, 2\ta\n", "shape '1, 2'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\t\n", "line 2: a file name of 0 bytes");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\t.placefs\n", "file name '.placefs' starts with");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\t..\n", "file name '..' starts with '.'");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta/../b\n", "has a '/' at byte 1");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta\r\n", "file name 'a?' has a control byte");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta\033[2Jb\n", "a control byte at byte 1");
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta\177\n", "a control byte at byte 1");
+	/* A file name of 256 bytes; one of 255 is a name. */
+	{
+		char name[257];
+
+		memset(name, 'n', 256);
+		name[256] = '\0';
+		snprintf(big, sizeof(big), HEAD "gpu\t0\t1\tU8\t1\t%s\n", name);
+	}
+	packed_bad_s(dir, big, "a file name of 256 bytes");
+	big[strlen(big) - 2] = '\n';
+	big[strlen(big) - 1] = '\0';
+	put_packed(dir, big, strlen(big));
+	ck_assert_msg(placefs_client_packed_read(dir, &pk, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(strlen(pk->tensors[0].file), 255);
+	placefs_client_packed_free(pk);
+	/* 1025 dimensions; 1024 are a shape. */
+	p = big + snprintf(big, sizeof(big), HEAD "gpu\t0\t1\tU8\t1");
+	for (i = 1; i < 1025; i++)
+		p += snprintf(p, 3, ",1");
+	snprintf(p, 4, "\ta\n");
+	packed_bad_s(dir, big, "line 2: a shape of more than 1024 dimensions");
+	snprintf(strrchr(big, ',') - 2, 6, "\ta\n");
+	put_packed(dir, big, strlen(big));
+	ck_assert_msg(placefs_client_packed_read(dir, &pk, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(pk->tensors[0].ndim, 1023);
+	placefs_client_packed_free(pk);
+	/* A quoted field is cut, and its odd bytes shown as '?'. */
+	packed_bad_s(dir, HEAD "gpu\t0\t1\tU8\t1\ta\nxpu\t0\t1\tU8\t1\ta\n",
+	             "line 3: placement 'xpu'");
+	packed_bad_s(
+	        dir,
+	        HEAD
+	        "\033]0;x\007aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\t0\t1\tU8\t1\ta\n",
+	        "placement '?]0;x?aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' is neither");
+	/* Larger than a client reads: refused before reading (a sparse file). */
+	p = tu_path(dir, ".placefs/packed.tsv");
+	fd = open(p, O_WRONLY | O_TRUNC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)PLACEFS_CLIENT_PACKED_MAX + 1), 0);
+	close(fd);
+	pk = (struct placefs_client_packed *)&pk;
+	ck_assert_int_eq(placefs_client_packed_read(dir, &pk, &e), -EFBIG);
+	ck_assert_ptr_null(pk);
+	ck_assert_int_eq(strncmp(e.msg, p, strlen(p)), 0);
+	/* A directory in its place: the read's errno. */
+	ck_assert_int_eq(unlink(p), 0);
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	ck_assert_int_eq(placefs_client_packed_read(dir, &pk, &e), -EISDIR);
+	ck_assert_ptr_null(pk);
+	free(p);
+	tu_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 /* The CUDA calls: refused without CUDA or a device, working with one. */
 START_TEST(test_cuda_calls)
 {
@@ -538,6 +806,9 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_ring_map_host);
 	tcase_add_test(tc, test_not_placefs);
 	tcase_add_test(tc, test_list_gpu);
+	tcase_add_test(tc, test_packed_good);
+	tcase_add_test(tc, test_packed_many);
+	tcase_add_test(tc, test_packed_bad);
 	tcase_add_test(tc, test_shard);
 	tcase_add_test(tc, test_stage_args);
 	tcase_add_test(tc, test_batch);

@@ -763,6 +763,60 @@ START_TEST(test_layout_packed_runs)
 END_TEST
 
 /*
+ * packed.tsv: the header line, then one line per entry in plan order: its
+ * placement, its offset in that placement's packed layout (neighbours
+ * joined, as test_layout_packed_runs), nbytes, dtype, the shape with commas
+ * (empty for a scalar) and the encoded file name; appending keeps what was
+ * there.
+ */
+START_TEST(test_packed_exact)
+{
+	static const uint64_t s300[] = {300}, s23[] = {2, 3}, s2500[] = {2500}, s48[] = {4, 8};
+	const struct placefs_tensor t[] = {
+	        {".a", 0, "m.safetensors", PLACEFS_DT_U8, 1, s300, 300, 8},
+	        {"b/c", 0, "m.safetensors", PLACEFS_DT_F32, 2, s23, 24, 308},      /* joins */
+	        {"scale", 0, "m.safetensors", PLACEFS_DT_F32, 0, NULL, 4, 332},    /* joins */
+	        {"big", 0, "m.safetensors", PLACEFS_DT_BF16, 1, s2500, 5000, 336}, /* cpu */
+	        {"w", 1, "n.safetensors", PLACEFS_DT_F8_E4M3, 2, s48, 32, 8},      /* 512 */
+	        {"50%", 1, "n.safetensors", PLACEFS_DT_U8, 1, s300, 300, 40},      /* joins */
+	};
+	struct placefs_strbuf sb;
+	struct placefs_plan *p;
+
+	placefs_strbuf_init(&sb);
+	ck_assert_int_eq(placefs_strbuf_adds(&sb, "X"), 0);
+	p = plan_ok(t, 6, NULL, 0, 1, 4096);
+	ck_assert_int_eq(placefs_plan_format_packed(p, &sb), 0);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb),
+	                 "X# placement\tpacked\tnbytes\tdtype\tshape\tfile\n"
+	                 "gpu\t0\t300\tU8\t300\t%2Ea\n"
+	                 "gpu\t300\t24\tF32\t2,3\tb%2Fc\n"
+	                 "gpu\t324\t4\tF32\t\tscale\n"
+	                 "cpu\t0\t5000\tBF16\t2500\tbig\n"
+	                 "gpu\t512\t32\tF8_E4M3\t4,8\tw\n"
+	                 "gpu\t544\t300\tU8\t300\t50%25\n");
+	for (size_t i = 0; i < 6; i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "\n%s\t%llu\t",
+		         placefs_placement_name(placefs_plan_entry(p, i)->placement),
+		         (unsigned long long)placefs_plan_entry(p, i)->packed);
+		ck_assert_msg(strstr(placefs_strbuf_cstr(&sb), want), "entry %zu: no %s", i, want);
+	}
+	placefs_plan_free(p);
+
+	/* One tensor, no limit: gpu at 0. */
+	placefs_strbuf_reset(&sb);
+	p = plan_ok(t + 4, 1, NULL, 0, 0, 0);
+	ck_assert_int_eq(placefs_plan_format_packed(p, &sb), 0);
+	ck_assert_str_eq(placefs_strbuf_cstr(&sb),
+	                 PLACEFS_PLAN_PACKED_HEAD "gpu\t0\t32\tF8_E4M3\t4,8\tw\n");
+	placefs_plan_free(p);
+	placefs_strbuf_release(&sb);
+}
+END_TEST
+
+/*
  * Each tensor's "filename" is its file's name in the mount, encoded as
  * lib/common/name.h says, so that a client never encodes a name itself.
  */
@@ -1368,6 +1422,7 @@ static Suite *plan_suite(void)
 	tcase_add_test(tc, test_columns_exact);
 	tcase_add_test(tc, test_layout_packed);
 	tcase_add_test(tc, test_layout_packed_runs);
+	tcase_add_test(tc, test_packed_exact);
 	tcase_add_test(tc, test_json_filename);
 	tcase_add_test(tc, test_limit_parse);
 	tcase_add_test(tc, test_quoted_names);

@@ -13,18 +13,17 @@
  *
  * What it does, in the order a loader does it:
  *
- *   1. placefs_client_list_gpu(): the gpu-placed tensor files, in plan order.
- *   2. The plan's columns (MOUNTPOINT/.placefs/columns.json: per plan entry
- *      its shard, offset, bytes, dtype and placement) give each gpu-placed
- *      tensor its plan index and its place in the "packed layout", where the
- *      daemon's batches put the tensors: in plan order from 0; a tensor that
- *      directly follows the gpu-placed one before it in the same shard
- *      starts where that one ends, when that offset is a multiple of its
- *      element size; any other at the next multiple of 256. (So a run of a
- *      shard's neighbours is one range of bytes, moved as one copy.) The rule
- *      has a name, .placefs/layout.json's "pack": "runs"; a loader that lays
- *      tensors out itself refuses a rule it does not know, and checks its
- *      layout's size against layout.json's.
+ *   1. placefs_client_packed_read(): every tensor of the mount, in plan
+ *      order (MOUNTPOINT/.placefs/packed.tsv, which the daemon writes): its
+ *      file name, placement, bytes, dtype, shape and its offset in its
+ *      placement's "packed layout", where the daemon's batches put the
+ *      tensors. Its position in the list is its plan index. The loader keeps
+ *      the gpu-placed ones.
+ *   2. Each of them goes to its packed offset in one buffer of the gpu
+ *      layout's size. (The daemon keeps a run of a shard's neighbours
+ *      together there, one range of bytes moved as one copy, and aligns
+ *      every tensor's elements; a loader needs no more of its rule than
+ *      packed.tsv says.)
  *   3. placefs_client_ring_info() on one tensor file says where the mount
  *      stages to; placefs_client_dest_create() makes ONE destination that
  *      holds the whole layout there: device memory (cudaMalloc on the ring's
@@ -58,7 +57,6 @@
 /* POSIX.1-2008 (O_CLOEXEC, clock_gettime), also under a strict -std=c11. */
 #define _POSIX_C_SOURCE 200809L
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -71,8 +69,6 @@
 
 #include <placefs/client.h>
 
-/* The packed layout's alignment (.placefs/layout.json's "align"). */
-#define ALIGN 256
 /* At most this many bytes a batch (or one tensor, when it is larger). */
 #define BATCH_BYTES ((uint64_t)64 << 20)
 
@@ -89,240 +85,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t align_up(uint64_t v)
-{
-	return (v + ALIGN - 1) / ALIGN * ALIGN;
-}
-
-/* ---- reading the mount's control files ------------------------------------ */
-
-/* All of MOUNTPOINT/.placefs/NAME, NUL-terminated (malloc'ed), or NULL with a message. */
-static char *read_control(const char *mnt, const char *name)
-{
-	char path[4096];
-	size_t len = 0, cap = 1 << 16;
-	char *buf = malloc(cap), *nb;
-	ssize_t r;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/.placefs/%s", mnt, name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || !buf) {
-		fprintf(stderr, "example-loader: %s: %s\n", path,
-		        strerror(fd < 0 ? errno : ENOMEM));
-		goto fail;
-	}
-	for (;;) {
-		if (cap - len < 2) {
-			nb = realloc(buf, cap * 2);
-			if (!nb) {
-				fprintf(stderr, "example-loader: %s: out of memory\n", path);
-				goto fail;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		r = read(fd, buf + len, cap - len - 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			fprintf(stderr, "example-loader: %s: read: %s\n", path, strerror(errno));
-			goto fail;
-		}
-		if (r == 0)
-			break;
-		len += (size_t)r;
-	}
-	close(fd);
-	buf[len] = '\0';
-	return buf;
-fail:
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return NULL;
-}
-
-/*
- * Where the value of "key" starts in a control file's JSON text, or NULL.
- * Each key this program asks for occurs once in the file, and the text
- * "\"key\": " cannot occur inside a JSON string (its quotes would be
- * escaped), so a plain search finds it.
- */
-static const char *value_of(const char *text, const char *key)
-{
-	char pat[64];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\": ", key);
-	p = strstr(text, pat);
-	return p ? p + strlen(pat) : NULL;
-}
-
-/* The n numbers of the JSON array of unsigned integers at p ("[1, 2, ...]"); 0 or -1. */
-static int read_numbers(const char *p, uint64_t *out, size_t n)
-{
-	size_t i;
-
-	if (!p || *p++ != '[')
-		return -1;
-	for (i = 0; i < n; i++) {
-		char *end;
-
-		while (*p == ' ' || *p == ',')
-			p++;
-		if (!isdigit((unsigned char)*p))
-			return -1;
-		errno = 0;
-		out[i] = strtoull(p, &end, 10);
-		if (errno)
-			return -1;
-		p = end;
-	}
-	while (*p == ' ')
-		p++;
-	return *p == ']' ? 0 : -1;
-}
-
-/*
- * The element bytes of each name of the JSON array of dtype names at p
- * (["BF16", "F8_E4M3", ...]): the bits in the name (F8_E4M3: 8, BF16: 16;
- * BOOL 8) / 8, at least 1. Returns how many, or -1.
- */
-static int read_elem_bytes(const char *p, uint64_t *out, size_t max)
-{
-	size_t n = 0;
-
-	if (!p || *p++ != '[')
-		return -1;
-	while (*p && *p != ']') {
-		unsigned long bits = 8;
-
-		while (*p == ' ' || *p == ',')
-			p++;
-		if (*p != '"' || n == max)
-			return -1;
-		for (p++; *p && *p != '"'; p++)
-			if (isdigit((unsigned char)*p)) {
-				bits = strtoul(p, NULL, 10);
-				while (p[1] != '"' && p[1])
-					p++; /* the first number of the name is its bits */
-			}
-		if (*p++ != '"')
-			return -1;
-		out[n++] = bits >= 8 ? bits / 8 : 1;
-		while (*p == ' ')
-			p++;
-	}
-	return *p == ']' ? (int)n : -1;
-}
-
-/*
- * Step 2: the plan index, bytes and packed offset of each of the n
- * gpu-placed tensors t[] (in plan order, as the listing gave them), from
- * columns.json; *packed is the layout's size, checked against layout.json.
- * Returns 0, or -1 with a message.
- */
-static int lay_out(const char *mnt, struct tensor *t, size_t n, uint64_t *packed)
-{
-	char *layout = read_control(mnt, "layout.json"), *cols = NULL;
-	const char *rule, *place, *gpu;
-	uint64_t count = 0, want = 0, end = 0, elem[64];
-	uint64_t *file = NULL, *off = NULL, *nbytes = NULL, *dtype = NULL;
-	size_t i, k = 0, prev = SIZE_MAX;
-	int ntypes, rc = -1;
-
-	if (!layout)
-		return -1;
-	/* The rule's name, and the size of the daemon's gpu layout to check ours against. */
-	rule = value_of(layout, "pack");
-	gpu = value_of(layout, "gpu");
-	if (!rule || strncmp(rule, "\"runs\"", 6) != 0) {
-		fprintf(stderr,
-		        "example-loader: %s/.placefs/layout.json: a packed layout rule "
-		        "other than \"runs\": this program does not know where the daemon "
-		        "puts the tensors\n",
-		        mnt);
-		goto out;
-	}
-	if (!gpu || !value_of(gpu, "packed") ||
-	    sscanf(value_of(gpu, "packed"), "%" SCNu64, &want) != 1) {
-		fprintf(stderr, "example-loader: %s/.placefs/layout.json: no gpu packed size\n",
-		        mnt);
-		goto out;
-	}
-	cols = read_control(mnt, "columns.json");
-	if (!cols)
-		goto out;
-	if (!value_of(cols, "count") || sscanf(value_of(cols, "count"), "%" SCNu64, &count) != 1 ||
-	    count > SIZE_MAX / sizeof(uint64_t))
-		goto bad;
-	file = malloc((count ? count : 1) * sizeof(uint64_t));
-	off = malloc((count ? count : 1) * sizeof(uint64_t));
-	nbytes = malloc((count ? count : 1) * sizeof(uint64_t));
-	dtype = malloc((count ? count : 1) * sizeof(uint64_t));
-	if (!file || !off || !nbytes || !dtype) {
-		fprintf(stderr, "example-loader: out of memory\n");
-		goto out;
-	}
-	ntypes = read_elem_bytes(value_of(cols, "dtypes"), elem, 64);
-	place = value_of(cols, "placement");
-	if (ntypes < 0 || read_numbers(value_of(cols, "file"), file, count) != 0 ||
-	    read_numbers(value_of(cols, "offset"), off, count) != 0 ||
-	    read_numbers(value_of(cols, "nbytes"), nbytes, count) != 0 ||
-	    read_numbers(value_of(cols, "dtype"), dtype, count) != 0 || !place || *place++ != '"' ||
-	    strlen(place) < count)
-		goto bad;
-	/* The k-th 'g' of "placement" (one letter per plan entry) is the k-th listed file. */
-	for (i = 0; i < count; i++) {
-		uint64_t at;
-
-		if (place[i] != 'g')
-			continue;
-		if (k == n || dtype[i] >= (uint64_t)ntypes)
-			goto bad;
-		if (prev != SIZE_MAX && file[i] == file[prev] && off[i] >= off[prev] &&
-		    off[i] - off[prev] == nbytes[prev] && end % elem[dtype[i]] == 0)
-			at = end; /* the shard's next bytes: the run goes on */
-		else
-			at = align_up(end);
-		t[k].index = i;
-		t[k].size = nbytes[i];
-		t[k].offset = at;
-		end = at + nbytes[i];
-		prev = i;
-		k++;
-	}
-	if (k != n) {
-		fprintf(stderr, "example-loader: %s lists %zu gpu-placed files, its plan %zu\n",
-		        mnt, n, k);
-		goto out;
-	}
-	if (end != want) {
-		fprintf(stderr,
-		        "example-loader: the packed layout computed here takes %" PRIu64
-		        " bytes, layout.json says %" PRIu64 "\n",
-		        end, want);
-		goto out;
-	}
-	*packed = end;
-	rc = 0;
-	goto out;
-bad:
-	fprintf(stderr,
-	        "example-loader: %s/.placefs/columns.json: not the columns this program "
-	        "reads\n",
-	        mnt);
-out:
-	free(file);
-	free(off);
-	free(nbytes);
-	free(dtype);
-	free(cols);
-	free(layout);
-	return rc;
 }
 
 /* ---- loading and checking ----------------------------------------------------- */
@@ -436,11 +198,11 @@ int main(int argc, char **argv)
 	struct placefs_client_error e;
 	struct placefs_ioc_ring_info ri;
 	struct placefs_client_dest *dest = NULL;
+	struct placefs_client_packed *pk = NULL;
 	struct tensor *t = NULL;
 	const char *mnt;
-	char **names = NULL;
-	size_t n = 0, i, j, k, requests = 0, good;
-	uint64_t layout = 0, bytes = 0, largest = 0, index;
+	size_t n = 0, i, j, requests = 0, good;
+	uint64_t layout, bytes = 0, largest = 0;
 	double t0, t1, secs;
 	int verify_bytes = 0, fd = -1, status = 1;
 
@@ -452,57 +214,45 @@ int main(int argc, char **argv)
 	}
 	mnt = argv[argc - 1];
 
-	/* 1. The gpu-placed tensor files in plan order. */
-	if (placefs_client_list_gpu(mnt, &names, &n, &e) != 0) {
+	/* 1. Every tensor of the mount in plan order, where the packed layout puts it. */
+	if (placefs_client_packed_read(mnt, &pk, &e) != 0) {
 		fprintf(stderr, "example-loader: %s\n", e.msg);
 		return 1;
 	}
-	if (n == 0) {
+	if (pk->placed[PLACEFS_CLIENT_GPU] == 0) {
 		printf("example-loader: 0 tensors, 0 bytes in 0.000 s: 0.00 GB/s, 0 tensors/s (%s "
 		       "places none on the gpu)\n",
 		       mnt);
 		status = 0;
 		goto out;
 	}
-	t = calloc(n, sizeof(*t));
+	t = calloc(pk->placed[PLACEFS_CLIENT_GPU], sizeof(*t));
 	if (!t) {
 		fprintf(stderr, "example-loader: out of memory\n");
 		goto out;
 	}
-	for (i = 0; i < n; i++) {
-		size_t len = strlen(mnt) + strlen(names[i]) + 2;
+	for (i = 0; i < pk->count; i++) {
+		const struct placefs_client_tensor *pt = &pk->tensors[i];
+		size_t len = strlen(mnt) + strlen(pt->file) + 2;
 
-		t[i].path = malloc(len);
-		if (!t[i].path) {
+		if (pt->placement != PLACEFS_CLIENT_GPU)
+			continue;
+		t[n].path = malloc(len);
+		if (!t[n].path) {
 			fprintf(stderr, "example-loader: out of memory\n");
 			goto out;
 		}
-		snprintf(t[i].path, len, "%s/%s", mnt, names[i]);
+		snprintf(t[n].path, len, "%s/%s", mnt, pt->file);
+		t[n].index = i; /* its line of packed.tsv: its plan index */
+		t[n].size = pt->nbytes;
+		/* 2. Its place in the buffer: its offset in the packed gpu layout. */
+		t[n].offset = pt->packed;
+		bytes += pt->nbytes;
+		if (pt->nbytes > largest)
+			largest = pt->nbytes;
+		n++;
 	}
-	/* 2. Their plan indexes, bytes and places in the packed layout. */
-	if (lay_out(mnt, t, n, &layout) != 0)
-		goto out;
-	for (i = 0; i < n; i++) {
-		bytes += t[i].size;
-		if (t[i].size > largest)
-			largest = t[i].size;
-	}
-	/* The first and the last file's own user.placefs.index agree with the columns. */
-	for (k = 0; k < 2; k++) {
-		const struct tensor *c = k ? &t[n - 1] : &t[0];
-
-		if (placefs_client_index(c->path, &index, &e) != 0) {
-			fprintf(stderr, "example-loader: %s\n", e.msg);
-			goto out;
-		}
-		if (index != c->index) {
-			fprintf(stderr,
-			        "example-loader: %s is plan entry %" PRIu64 ", not %" PRIu64
-			        ": the mount's listing and its columns differ\n",
-			        c->path, index, c->index);
-			goto out;
-		}
-	}
+	layout = pk->layout[PLACEFS_CLIENT_GPU];
 
 	/* 3. Where the mount stages to, and one destination for all the tensors there. */
 	if (placefs_client_open(t[0].path, &fd, &e) != 0 ||
@@ -561,6 +311,6 @@ out:
 	for (i = 0; t && i < n; i++)
 		free(t[i].path);
 	free(t);
-	placefs_client_list_free(names, n);
+	placefs_client_packed_free(pk);
 	return status;
 }

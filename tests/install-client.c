@@ -52,6 +52,18 @@ int main(void)
 			return 1;
 		}
 	}
+	{
+		/* /dev has no .placefs/packed.tsv: ENOENT, a message naming it, no result. */
+		struct placefs_client_packed *pk = NULL;
+
+		rc = placefs_client_packed_read("/dev", &pk, &err);
+		if (rc != -ENOENT || pk || strstr(err.msg, "/dev/.placefs/packed.tsv") == NULL) {
+			fprintf(stderr, "install-client: packed.tsv of /dev gave %d (%s)\n", rc,
+			        err.msg);
+			return 1;
+		}
+		placefs_client_packed_free(pk);
+	}
 	printf("install-client: placefs/client.h and libplacefs-client.a work as installed\n");
 	return 0;
 }

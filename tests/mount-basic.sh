@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 # mount-basic: one live mount end to end. The mount table entry, the start-up
 # log, the tree against an independent reading of the checkpoint, plan.json and
-# plan against placefs-plan, xattrs through getfattr, stats, the syscall
+# plan against placefs-plan, packed.tsv against columns.json (the packed layouts
+# computed again, also on a quantized mixture of experts whose neighbours join
+# and break), xattrs through getfattr, stats, the syscall
 # checker (and that it does fail on a wrong source), then every way of ending
 # the daemon (fusermount3 -u, SIGTERM, SIGINT, umount) with exit status 0,
 # options after the positionals, daemonized mode, mount.fuse3 and an fstab line.
@@ -131,6 +133,67 @@ EOF
 tmo 20 "$PLAN" --buffer-size 4K ckpt.safetensors >plan.expected.txt || fail "placefs-plan failed"
 tmo 10 cmp "$MP/.placefs/plan" plan.expected.txt || fail ".placefs/plan differs from placefs-plan"
 
+# packed.tsv: a header, then per plan entry its placement, its offset in the placement's
+# packed layout, nbytes, dtype, shape and file name. check_packed MOUNTPOINT [--both]
+# computes the layouts from columns.json by the rule of lib/model/plan.h ("runs", as
+# tests/py/read_test.py's packed_layout does) and wants packed.tsv and layout.json to
+# agree; with --both, some tensors must join the one before them off a multiple of 256
+# and some must move on to the next multiple.
+cat >"$TMP/check_packed.py" <<'EOF'
+import json, os, sys
+mnt = sys.argv[1]
+ctl = os.path.join(mnt, ".placefs")
+cols = json.load(open(os.path.join(ctl, "columns.json")))
+lay = json.load(open(os.path.join(ctl, "layout.json")))
+raw = open(os.path.join(ctl, "packed.tsv"), "rb").read()
+assert lay["align"] == 256 and lay["pack"] == "runs", lay
+# Element sizes of the safetensors dtypes (lib/common/dtype.c), at least 1 byte.
+bits = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+        "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+        "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+        "C64": 64, "F64": 64, "I64": 64, "U64": 64}
+# The packed layouts from the columns, by the rule of lib/model/plan.h ("runs"), as
+# tests/py/read_test.py's packed_layout computes it.
+end, prev, want = {"g": 0, "c": 0}, {"g": None, "c": None}, []
+joined = cut = 0
+for i in range(cols["count"]):
+    p, dt = cols["placement"][i], cols["dtypes"][cols["dtype"][i]]
+    shard, off, nb = cols["file"][i], cols["offset"][i], cols["nbytes"][i]
+    elem = max(bits[dt] // 8, 1)
+    q = prev[p]
+    if q is not None and q[0] == shard and q[1] + q[2] == off and end[p] % elem == 0:
+        at = end[p]
+        joined += at % 256 != 0
+    else:
+        at = -(-end[p] // 256) * 256
+        cut += at != end[p]
+    want.append(at)
+    end[p], prev[p] = at + nb, (shard, off, nb)
+assert raw.endswith(b"\n"), "packed.tsv does not end with a newline"
+lines = raw.decode("utf-8").split("\n")[:-1]
+assert lines[0] == "# placement\tpacked\tnbytes\tdtype\tshape\tfile", lines[0]
+assert len(lines) == cols["count"] + 1, (len(lines), cols["count"])
+for i, line in enumerate(lines[1:]):
+    f = line.split("\t")
+    exp = ["gpu" if cols["placement"][i] == "g" else "cpu", str(want[i]),
+           str(cols["nbytes"][i]), cols["dtypes"][cols["dtype"][i]],
+           ",".join(str(d) for d in cols["shape"][i]),
+           cols["filename"].get(str(i), cols["name"][i])]
+    assert f == exp, "packed.tsv line %d: %r, expected %r" % (i + 2, f, exp)
+for p, k in (("g", "gpu"), ("c", "cpu")):
+    assert lay[k]["packed"] == end[p], (k, lay[k], end[p])
+print("packed.tsv: %d tensors as columns.json and the rule give them; %d joined to the "
+      "one before off a multiple of 256, %d moved on to the next one" % (cols["count"], joined, cut))
+if len(sys.argv) > 2 and sys.argv[2] == "--both" and not (joined and cut):
+    print("FAIL: want tensors that join and tensors that do not")
+    sys.exit(1)
+EOF
+check_packed() {
+	tmo 20 "$PYTHON" "$TMP/check_packed.py" "$@"
+}
+out=$(check_packed "$MP") || fail "packed.tsv: $out"
+note "$out"
+
 # getfattr -d shows the xattrs; the placement views answer "what went to the cpu".
 tmo 10 getfattr -d "$MP/model.embed.weight" >xattrs.txt 2>/dev/null || fail "getfattr -d failed"
 for k in placement dtype shape nbytes source offset name index; do
@@ -225,6 +288,17 @@ grep -q 'differ' checker-neg.txt || fail "test_syscalls did not report differing
 # ---- ending the daemon: fusermount3 -u ------------------------------------------
 umount_fs "$MP"
 note "fusermount3 -u: exit 0"
+
+# ---- packed.tsv of a quantized mixture of experts ----------------------------------
+# 4-byte F32 scales between fp8 weights join their neighbours; a shard's first tensor
+# and one after a cpu-placed tensor (the 48K limit places the 64 KiB fp8 weights on the
+# cpu) start at the next multiple of 256.
+tmo 60 "$MKCKPT" -q --moe 2:256:4:128:512 --quant fp8 --shards 2 --index moe ||
+	fail "placefs-mkckpt --moe failed"
+mount_fs moe "$MP" -o buffer_size=48K,device=none
+out=$(check_packed "$MP" --both) || fail "packed.tsv of the mixture of experts: $out"
+note "moe (--quant fp8): $out"
+umount_fs "$MP"
 
 # ---- options after the positionals (mount.fuse3 order), then SIGTERM -------------
 mkdir -p "$MP"

@@ -214,8 +214,8 @@ for f in os.listdir(mnt):
         bad.append("%s (%s): mode %o uid %d gid %d, expected %o %d %d" % (
             f, shard, got[0], got[1], got[2], want, ss.st_uid, ss.st_gid))
     seen[shard] = "%o" % got[0]
-for c in ("plan", "plan.json", "columns.json", "columns.jsonl", "layout.json", "shards.json", "stats",
-          "metadata.json"):
+for c in ("plan", "plan.json", "columns.json", "columns.jsonl", "layout.json", "packed.tsv",
+          "shards.json", "stats", "metadata.json"):
     m = stat.S_IMODE(os.stat(os.path.join(mnt, ".placefs", c)).st_mode)
     if m != 0o444:
         bad.append(".placefs/%s: mode %o, expected 444" % (c, m))

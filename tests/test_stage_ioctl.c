@@ -17,7 +17,10 @@
  *   batch CPUFILE GPUFILE...    the client's batches (placefs_client_index,
  *                               placefs_client_copy_batch): the gpu files
  *                               (in plan order) by index and as one range
- *                               of the plan, byte-exact with read(); a cpu
+ *                               of the plan (each at its offset of the
+ *                               mount's .placefs/packed.tsv, read with
+ *                               placefs_client_packed_read), byte-exact
+ *                               with read(); a cpu
  *                               file (EFBIG), an index past the plan
  *                               (ERANGE) and an entry past the destination
  *                               (EINVAL) fail alone; malformed requests
@@ -660,10 +663,12 @@ static uint64_t align256(uint64_t v)
 static int cmd_batch(const char *cpu, int argc, char **argv)
 {
 	struct placefs_ioc_batch_entry *ent, one;
+	struct placefs_client_packed *pk = NULL;
 	struct placefs_client_error e;
 	struct placefs_ioc_ring_info ri;
 	struct placefs_client_dest *d;
-	uint64_t *idx, *off, *len, total = 0, payload = 0, room, cpu_idx, v;
+	uint64_t *idx, *off, *len, *roff, total = 0, payload = 0, room, cpu_idx, v;
+	char *mnt, *slash;
 	struct stat cst;
 	uint8_t **want, *got;
 	uint32_t done, i, n = (uint32_t)argc;
@@ -672,10 +677,18 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 	idx = calloc(n, sizeof(*idx));
 	off = calloc(n, sizeof(*off));
 	len = calloc(n, sizeof(*len));
+	roff = calloc(n, sizeof(*roff));
 	want = calloc(n, sizeof(*want));
 	ent = calloc(n > 4 ? n : 4, sizeof(*ent)); /* the failing batch below has 4 entries */
-	if (!idx || !off || !len || !want || !ent)
+	mnt = strdup(argv[0]);
+	if (!idx || !off || !len || !roff || !want || !ent || !mnt || !(slash = strrchr(mnt, '/')))
 		return 2;
+	/* The mount's packed layout, from the mountpoint (GPUFILE's directory). */
+	*slash = '\0';
+	if (placefs_client_packed_read(mnt, &pk, &e) != 0) {
+		fprintf(stderr, "batch: %s\n", e.msg);
+		return 2;
+	}
 	for (i = 0; i < n; i++) {
 		rc = placefs_client_index(argv[i], &idx[i], &e);
 		CHECK(rc == 0, "index of %s: %s", argv[i], e.msg);
@@ -685,7 +698,22 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 		off[i] = total;
 		total = align256(total + len[i]);
 		payload += len[i];
+		/* Where a range puts it: its line of packed.tsv, which names its file. */
+		if (rc != 0 || idx[i] >= pk->count) {
+			fprintf(stderr,
+			        "batch: %s: plan index %" PRIu64 " has no line in packed.tsv\n",
+			        argv[i], idx[i]);
+			return 2;
+		}
+		CHECK(strcmp(pk->tensors[idx[i]].file, strrchr(argv[i], '/') + 1) == 0 &&
+		              pk->tensors[idx[i]].placement == PLACEFS_CLIENT_GPU &&
+		              pk->tensors[idx[i]].nbytes == len[i],
+		      "%s: packed.tsv line %" PRIu64 " is %s", argv[i], idx[i] + 2,
+		      pk->tensors[idx[i]].file);
+		roff[i] = pk->tensors[idx[i]].packed;
 	}
+	if (pk->layout[PLACEFS_CLIENT_GPU] > total)
+		total = pk->layout[PLACEFS_CLIENT_GPU];
 	CHECK(placefs_client_index(cpu, &cpu_idx, &e) == 0, "index of %s: %s", cpu, e.msg);
 	/* Room for the cpu file too, so that its entry fails for its placement (EFBIG), not
 	 * for its size. */
@@ -725,10 +753,11 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 		CHECK(memcmp(got + off[i], want[i], len[i]) == 0,
 		      "%s: batch bytes differ from read()", argv[i]);
 
-	/* One range of the plan, from its first entry through the last gpu file: the gpu
-	 * placement's packed layout is the offsets above (cpu-placed entries move nothing).
-	 * It goes 256 bytes further into the destination than the batch above, so bytes
-	 * that batch left cannot pass for the range's. */
+	/* One range of the plan, from its first entry through the last gpu file: each gpu
+	 * tensor lands at its offset in the gpu placement's packed layout, as packed.tsv
+	 * gives it (cpu-placed entries move nothing). It goes 256 bytes further into the
+	 * destination than the batch above, so bytes that batch left cannot pass for the
+	 * range's. */
 	memset(&one, 0, sizeof(one));
 	one.tensor = 0;
 	one.nbytes = idx[n - 1] + 1;
@@ -741,8 +770,9 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 	      payload);
 	CHECK(placefs_client_dest_read(d, 0, got, total + 256, &e) == 0, "dest_read: %s", e.msg);
 	for (i = 0; i < n; i++)
-		CHECK(memcmp(got + off[i] + 256, want[i], len[i]) == 0,
-		      "%s: range batch bytes differ from read()", argv[i]);
+		CHECK(memcmp(got + roff[i] + 256, want[i], len[i]) == 0,
+		      "%s: range batch bytes differ from read() (packed offset %" PRIu64 ")",
+		      argv[i], roff[i]);
 
 	/* Entries that fail alone: the others still move. */
 	memset(ent, 0, 4 * sizeof(*ent));
@@ -795,7 +825,10 @@ static int cmd_batch(const char *cpu, int argc, char **argv)
 	free(idx);
 	free(off);
 	free(len);
+	free(roff);
 	free(ent);
+	free(mnt);
+	placefs_client_packed_free(pk);
 	printf("batch: %u gpu files, %d checks, %d failures\n", n, checks, failures);
 	return failures ? 1 : 0;
 }

@@ -539,9 +539,9 @@ static void check_refusals(const struct tensor *t)
 
 static void check_control(void)
 {
-	static const char *const files[] = {"plan",          "plan.json",   "columns.json",
-	                                    "columns.jsonl", "layout.json", "shards.json",
-	                                    "metadata.json"};
+	static const char *const files[] = {"plan",          "plan.json",    "columns.json",
+	                                    "columns.jsonl", "layout.json",  "packed.tsv",
+	                                    "shards.json",   "metadata.json"};
 	char path[PATH_MAX], buf[4096];
 	struct stat st;
 	struct statvfs sv;

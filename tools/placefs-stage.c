@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/dtype.h"
 #include "common/io.h"
 #include "placefs/client.h"
 #include "common/progress.h"
@@ -38,7 +37,9 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 struct mnt {
 	dev_t dev;
 	uint64_t largest; /* largest file of this mount on the command line */
-	uint64_t packed;  /* its files' bytes, each at a multiple of BATCH_ALIGN (saturated) */
+	/* its files' bytes, each at a multiple of BATCH_ALIGN (saturated); --all with
+	 * .placefs/packed.tsv: the size of the mount's packed gpu layout */
+	uint64_t packed;
 	bool have_info;
 	struct placefs_ioc_ring_info ri;
 	struct placefs_client_dest *dest;
@@ -51,7 +52,7 @@ struct file {
 	char *path;
 	uint64_t size;
 	size_t mnt;
-	/* --all, from the plan's columns (plan_layout()): */
+	/* --all, from the mount's .placefs/packed.tsv (collect_all()): */
 	uint64_t index;  /* its plan entry */
 	uint64_t packed; /* its offset in the mount's packed gpu layout */
 };
@@ -227,8 +228,9 @@ static uint32_t batch_size(const struct placefs_ioc_ring_info *ri)
 /*
  * The copy destination of a mount: its largest tensor; when it batches,
  * room for a batch: BATCH_DEST_BYTES, but no more than N of its largest
- * tensor or all of its files need (shared memory is not spent on room no
- * batch uses), and never less than the largest tensor.
+ * tensor (each after up to BATCH_ALIGN - 1 bytes of padding) or all of its
+ * files need (shared memory is not spent on room no batch uses), and never
+ * less than the largest tensor.
  */
 static uint64_t dest_bytes(const struct mnt *mt)
 {
@@ -236,7 +238,9 @@ static uint64_t dest_bytes(const struct mnt *mt)
 
 	if (mt->batch <= 1)
 		return mt->largest;
-	if (__builtin_mul_overflow(align_up(mt->largest), (uint64_t)mt->batch, &most))
+	/* --all: a packed layout pads a tensor by up to BATCH_ALIGN - 1 bytes, whatever its size. */
+	most = cfg.all ? mt->largest + (BATCH_ALIGN - 1) : align_up(mt->largest);
+	if (most < mt->largest || __builtin_mul_overflow(most, (uint64_t)mt->batch, &most))
 		most = UINT64_MAX;
 	if (most < room)
 		room = most;
@@ -555,8 +559,8 @@ static size_t batch_end(const struct file *files, size_t n, size_t i, bool range
  * (copy mode) into the mount's destination, and verifies each. Each file is
  * an entry named by its plan index (user.placefs.index), at its aligned
  * offset, or, with `ranged` (--all: the files are every gpu-placed tensor of
- * the mount, in plan order, their plan indexes and packed offsets known from
- * plan_layout()), the whole batch is one range of the plan from the first
+ * the mount, in plan order, their plan indexes and packed offsets from
+ * .placefs/packed.tsv), the whole batch is one range of the plan from the first
  * file's index through the last's, which moves exactly these files (the
  * cpu-placed entries between them move nothing), each to its packed offset
  * less the first one's. Returns the number of files that failed (each
@@ -707,173 +711,6 @@ out:
 	return failed;
 }
 
-/* All of MNT/.placefs/NAME, NUL-terminated (malloc'ed), or NULL with errno set. */
-static char *read_control(const char *mnt, const char *name)
-{
-	size_t len = 0, cap = (size_t)1 << 20;
-	char *path = NULL, *buf = NULL, *nb;
-	ssize_t r;
-	int fd, saved;
-
-	if (asprintf(&path, "%s/.placefs/%s", mnt, name) < 0)
-		return NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	free(path);
-	if (fd < 0)
-		return NULL;
-	for (;;) {
-		nb = realloc(buf, cap + 1);
-		if (!nb) {
-			errno = ENOMEM;
-			break;
-		}
-		buf = nb;
-		r = placefs_io_read_full(fd, buf + len, cap - len);
-		if (r < 0) {
-			errno = (int)-r;
-			break;
-		}
-		len += (size_t)r;
-		if (len < cap) {
-			close(fd);
-			buf[len] = '\0';
-			return buf;
-		}
-		cap *= 2;
-	}
-	saved = errno;
-	close(fd);
-	free(buf);
-	errno = saved;
-	return NULL;
-}
-
-/* Where the value of `key` starts in JSON text (each key read here occurs once), or NULL. */
-static const char *json_value(const char *text, const char *key)
-{
-	char pat[48];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\": ", key);
-	p = strstr(text, pat);
-	return p ? p + strlen(pat) : NULL;
-}
-
-/* The `count` unsigned numbers of the JSON array at p into v; 0, or -1 when it is not that. */
-static int json_numbers(const char *p, uint64_t *v, uint64_t count)
-{
-	uint64_t i;
-	char *end;
-
-	if (!p || *p != '[')
-		return -1;
-	for (i = 0; i < count; i++) {
-		p += strspn(p + 1, " ") + 1; /* past '[' or ',' */
-		if (*p < '0' || *p > '9')
-			return -1;
-		errno = 0;
-		v[i] = strtoull(p, &end, 10);
-		if (errno)
-			return -1;
-		p = end + strspn(end, " ");
-		if (*p != (i + 1 < count ? ',' : ']'))
-			return -1;
-	}
-	return count ? 0 : (p[1 + strspn(p + 1, " ")] == ']' ? 0 : -1);
-}
-
-/*
- * --all's batches as ranges of the plan: each of files[0 .. n) (every
- * gpu-placed tensor of the mount on mnt, in plan order) gets its plan index
- * and its offset in the packed gpu layout, where a range puts it. The
- * daemon names the layout's rule in .placefs/layout.json ("pack"); this tool
- * knows "runs" (lib/model/plan.h): in plan order from 0, a tensor that
- * directly follows the gpu-placed one before it in its shard where that one
- * ends when that is a multiple of its element size, any other at the next
- * multiple of BATCH_ALIGN. The columns come from .placefs/columns.json. Returns
- * 0, or -1 with a message (another rule, a layout of another size than
- * layout.json's, files that are not the plan's): the batches then name each
- * tensor by its index.
- */
-static int plan_layout(const char *mnt, struct file *files, size_t n)
-{
-	char *layout = read_control(mnt, "layout.json"), *cols = NULL;
-	uint64_t *file = NULL, *off = NULL, *nbytes = NULL, *dtype = NULL, elem[64];
-	uint64_t count = 0, want = 0, end = 0, at, i;
-	const char *p, *why = "unreadable";
-	size_t k = 0, ntypes = 0, prev = SIZE_MAX;
-	int rc = -1;
-
-	if (!layout || !(p = json_value(layout, "pack")) || strncmp(p, "\"runs\"", 6) != 0) {
-		why = layout ? "its packed layout's rule is not \"runs\"" : strerror(errno);
-		goto out;
-	}
-	if (!(p = json_value(layout, "gpu")) || !(p = json_value(p, "packed")) ||
-	    sscanf(p, "%" SCNu64, &want) != 1)
-		goto out;
-	cols = read_control(mnt, "columns.json");
-	if (!cols || !(p = json_value(cols, "count")) || sscanf(p, "%" SCNu64, &count) != 1 ||
-	    count > SIZE_MAX / sizeof(uint64_t) / 4)
-		goto out;
-	file = malloc(4 * (count ? count : 1) * sizeof(uint64_t));
-	if (!file) {
-		why = strerror(ENOMEM);
-		goto out;
-	}
-	off = file + count;
-	nbytes = off + count;
-	dtype = nbytes + count;
-	/* The element bytes of each dtype name: its bits / 8, at least 1. */
-	if (!(p = json_value(cols, "dtypes")) || *p++ != '[')
-		goto out;
-	while (*(p += strspn(p, " ,")) == '"') {
-		size_t len = strcspn(p + 1, "\"");
-		unsigned bits = placefs_dtype_bits(placefs_dtype_from_name(p + 1, len));
-
-		if (ntypes == 64 || bits == 0)
-			goto out;
-		elem[ntypes++] = bits >= 8 ? bits / 8 : 1;
-		p += len + 2;
-	}
-	if (json_numbers(json_value(cols, "file"), file, count) != 0 ||
-	    json_numbers(json_value(cols, "offset"), off, count) != 0 ||
-	    json_numbers(json_value(cols, "nbytes"), nbytes, count) != 0 ||
-	    json_numbers(json_value(cols, "dtype"), dtype, count) != 0 ||
-	    !(p = json_value(cols, "placement")) || *p++ != '"' || strlen(p) < count)
-		goto out;
-	why = "the files are not every gpu-placed tensor of its plan, in plan order";
-	for (i = 0; i < count; i++) {
-		if (p[i] != 'g')
-			continue;
-		if (k == n || nbytes[i] != files[k].size || dtype[i] >= ntypes)
-			goto out;
-		if (prev != SIZE_MAX && file[i] == file[prev] && off[i] >= off[prev] &&
-		    off[i] - off[prev] == nbytes[prev] && end % elem[dtype[i]] == 0)
-			at = end;
-		else if ((at = align_up(end)) == UINT64_MAX)
-			goto out;
-		if (__builtin_add_overflow(at, nbytes[i], &end))
-			goto out;
-		files[k].index = i;
-		files[k++].packed = at;
-		prev = (size_t)i;
-	}
-	if (k != n)
-		goto out;
-	why = "the packed layout computed here is not the size layout.json gives";
-	if (end == want)
-		rc = 0;
-out:
-	if (rc != 0)
-		errorf("%s: cannot lay the batches out as ranges of the plan (%s): each tensor is "
-		       "named by its index instead",
-		       mnt, why);
-	free(file);
-	free(cols);
-	free(layout);
-	return rc;
-}
-
 /*
  * mnt_setup() through a descriptor of its own, before the first request on
  * the mount (whether it batches depends on its ring); a failure is reported
@@ -936,6 +773,46 @@ fail:
 	return -1;
 }
 
+/*
+ * --all: files[] gets every gpu-placed tensor of the mount on `mp`, in plan
+ * order, from its .placefs/packed.tsv (pk): each one's bytes, plan index
+ * and offset in the packed gpu layout, where a range of the plan puts it,
+ * with no stat() or look-up per file; one mount, which the files fill.
+ */
+static int collect_all(const char *mp, const struct placefs_client_packed *pk, struct file *files,
+                       struct mnt **mnts, size_t *nmnt)
+{
+	struct mnt *v = calloc(1, sizeof(*v));
+	size_t i, k = 0;
+
+	if (!v) {
+		errorf("out of memory");
+		return -1;
+	}
+	for (i = 0; i < pk->count; i++) {
+		const struct placefs_client_tensor *t = &pk->tensors[i];
+
+		if (t->placement != PLACEFS_CLIENT_GPU)
+			continue;
+		if (asprintf(&files[k].path, "%s/%s", mp, t->file) < 0) {
+			files[k].path = NULL;
+			errorf("out of memory");
+			free(v);
+			return -1;
+		}
+		files[k].size = t->nbytes;
+		files[k].index = i;
+		files[k].packed = t->packed;
+		if (t->nbytes > v->largest)
+			v->largest = t->nbytes;
+		k++;
+	}
+	v->packed = pk->layout[PLACEFS_CLIENT_GPU];
+	*mnts = v;
+	*nmnt = 1;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
@@ -958,6 +835,7 @@ int main(int argc, char **argv)
 	struct totals tot;
 	uint8_t *want = NULL, *got = NULL;
 	uint64_t largest = 0;
+	struct placefs_client_packed *pk = NULL;
 	char **names = NULL;
 	size_t nfiles = 0, nnames = 0, nmnt = 0, i, j, f;
 	bool ranged = false;
@@ -1070,11 +948,25 @@ int main(int argc, char **argv)
 	signal(SIGHUP, on_signal);
 
 	if (all) {
-		if (placefs_client_list_gpu(all, &names, &nnames, &e) != 0) {
+		/*
+		 * Every tensor of the mount in plan order, where its packed layout puts
+		 * it: batches of --all are ranges of the plan. Without packed.tsv (or
+		 * with one that does not parse) the gpu-placed files are listed, and
+		 * each is named by its index.
+		 */
+		struct placefs_client_error pe;
+
+		if (placefs_client_packed_read(all, &pk, &pe) == 0) {
+			nfiles = (size_t)pk->placed[PLACEFS_CLIENT_GPU];
+		} else if (placefs_client_list_gpu(all, &names, &nnames, &e) == 0) {
+			errorf("%s: cannot lay the batches out as ranges of the plan: each tensor "
+			       "is named by its index instead",
+			       pe.msg);
+			nfiles = nnames;
+		} else {
 			errorf("%s", e.msg);
 			return EXIT_FAIL;
 		}
-		nfiles = nnames;
 	} else {
 		nfiles = (size_t)(argc - optind);
 	}
@@ -1083,7 +975,9 @@ int main(int argc, char **argv)
 		errorf("out of memory");
 		goto out;
 	}
-	for (i = 0; i < nfiles; i++) {
+	if (pk && collect_all(all, pk, files, &mnts, &nmnt) != 0)
+		goto out;
+	for (i = 0; !pk && i < nfiles; i++) {
 		if (all) {
 			if (asprintf(&files[i].path, "%s/%s", all, names[i]) < 0) {
 				files[i].path = NULL;
@@ -1098,11 +992,9 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	if (collect(files, nfiles, &mnts, &nmnt) != 0)
+	if (!pk && collect(files, nfiles, &mnts, &nmnt) != 0)
 		goto out;
-	/* Every gpu-placed tensor in plan order: batches of --all are ranges of the plan. */
-	if (all && cfg.mode == PLACEFS_IOC_STAGE_COPY && !cfg.slice && cfg.batch != 1 && nfiles > 0)
-		ranged = plan_layout(all, files, nfiles) == 0;
+	ranged = pk != NULL;
 	for (i = 0; i < nmnt; i++)
 		if (mnts[i].largest > largest)
 			largest = mnts[i].largest;
@@ -1177,6 +1069,7 @@ out:
 		free(files[i].path);
 	free(files);
 	placefs_client_list_free(names, nnames);
+	placefs_client_packed_free(pk);
 	free(want);
 	free(got);
 	placefs_progress_free(bar);

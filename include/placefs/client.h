@@ -122,6 +122,92 @@ int placefs_client_list_gpu(const char *mountpoint, char ***names, size_t *count
                             struct placefs_client_error *err);
 void placefs_client_list_free(char **names, size_t count);
 
+/* ---- the packed layout: .placefs/packed.tsv --------------------------------- */
+
+/*
+ * Where each tensor of a mount lies in its placement's packed layout, the
+ * layout PLACEFS_IOC_BATCH_RANGES puts tensors in (see <placefs/ioctl.h>):
+ * a loader that lays a placement out in one buffer this way sends ranges
+ * of the plan with one dest_offset and knows where every tensor landed,
+ * without computing the layout's rule itself. The daemon publishes it as
+ * MOUNTPOINT/.placefs/packed.tsv (doc/SEMANTICS.md): a first line
+ *
+ *   # placement<TAB>packed<TAB>nbytes<TAB>dtype<TAB>shape<TAB>file
+ *
+ * then one line per plan entry, in plan order, with those six fields:
+ * "gpu" or "cpu", the packed offset and the bytes in decimal, the dtype's
+ * name, the dimensions in decimal separated by commas (empty for a
+ * scalar), the tensor's file name in the mount.
+ */
+
+/* Most dimensions of one tensor: as many as the daemon accepts in a header. */
+#define PLACEFS_CLIENT_NDIM_MAX 1024
+/* Longest dtype name (bytes, without the NUL). */
+#define PLACEFS_CLIENT_DTYPE_MAX 31
+/* Largest packed.tsv read: 1 GiB (millions of tensors). */
+#define PLACEFS_CLIENT_PACKED_MAX ((uint64_t)1 << 30)
+
+enum placefs_client_placement {
+	PLACEFS_CLIENT_GPU = 0, /* staged: the copy-mode (ring) layout */
+	PLACEFS_CLIENT_CPU = 1, /* read by the daemon's readers: the read-mode layout */
+};
+
+/* One line of packed.tsv: one tensor of the mount. */
+struct placefs_client_tensor {
+	const char *file;                         /* its file name in the mount: MOUNTPOINT/file */
+	uint64_t packed;                          /* its offset in its placement's packed layout */
+	uint64_t nbytes;                          /* its payload bytes */
+	const uint64_t *shape;                    /* ndim dimensions; NULL for a scalar (ndim 0) */
+	uint32_t ndim;                            /* 0 .. PLACEFS_CLIENT_NDIM_MAX */
+	uint32_t placement;                       /* enum placefs_client_placement */
+	char dtype[PLACEFS_CLIENT_DTYPE_MAX + 1]; /* "BF16", "F8_E4M3", ... */
+};
+
+/*
+ * The whole of packed.tsv. The tensors and their file names and shapes are
+ * the object's: valid until placefs_client_packed_free(), never changed.
+ */
+struct placefs_client_packed {
+	/*
+	 * count tensors in plan order: tensors[i] is plan entry i, the index a
+	 * batch names it by (its file's user.placefs.index).
+	 */
+	struct placefs_client_tensor *tensors;
+	size_t count;
+	uint64_t placed[2]; /* tensors of each placement (index: enum placefs_client_placement) */
+	uint64_t layout[2]; /* each packed layout's size: the end of its last tensor (or 0) */
+};
+
+/*
+ * Reads and checks MOUNTPOINT/.placefs/packed.tsv into *out (NULL on
+ * failure), which the caller frees with placefs_client_packed_free(). The
+ * file is hostile input, checked in full before anything is returned:
+ *   - at most PLACEFS_CLIENT_PACKED_MAX bytes (-EFBIG), no NUL byte, the
+ *     last line ended by a newline;
+ *   - line 1 exactly the header above (another header: another format);
+ *   - each other line six fields separated by single tabs: "gpu" or "cpu";
+ *     packed and nbytes decimal numbers below 2^64 (digits only, no
+ *     leading zero), packed + nbytes too; a dtype of 1 to
+ *     PLACEFS_CLIENT_DTYPE_MAX capitals, digits and '_'; a shape of at
+ *     most PLACEFS_CLIENT_NDIM_MAX such numbers separated by single commas,
+ *     or nothing; a file name of 1 to 255 bytes without '/', control bytes
+ *     or a leading '.' (so MOUNTPOINT/file is always a file of the mount's
+ *     root: the daemon encodes every tensor name so, doc/SEMANTICS.md);
+ *   - the tensors of one placement in layout order: each starts at or
+ *     after the end of the one before it (packed >= its packed + nbytes),
+ *     so no two overlap and layout[p] bounds them all.
+ * Returns 0; -ENOENT (and the open's other errnos) when the file cannot be
+ * opened: no placefs mount, or a daemon without packed.tsv; -EFBIG;
+ * -EPROTO for a malformed file, with a message naming the file, the line
+ * and what is wrong; -ENOMEM; a read's negative errno. It allocates at
+ * most some ten times the file's size. Reentrant: it keeps no state, and
+ * threads may read one result at once; free it once, after the last use.
+ */
+int placefs_client_packed_read(const char *mountpoint, struct placefs_client_packed **out,
+                               struct placefs_client_error *err);
+/* Frees what placefs_client_packed_read() returned. NULL is accepted. */
+void placefs_client_packed_free(struct placefs_client_packed *p);
+
 /* ---- staging --------------------------------------------------------------- */
 
 /*

@@ -226,8 +226,11 @@ struct placefs_ioc_batch_entry {
  * follows the placement's one before it in the same shard starts where that
  * one ends when that offset is a multiple of its element size, any other at
  * the first multiple of 256 after the one before (.placefs/layout.json gives
- * each layout's size and, as "pack": "runs", the rule's name). A loader that lays a placement out so in one buffer at B passes
- * dest_offset = B for every range and knows nothing else of the plan.
+ * each layout's size and, as "pack": "runs", the rule's name;
+ * .placefs/packed.tsv each tensor's offset, which placefs_client_packed_read()
+ * of <placefs/client.h> reads). A loader that lays a placement out so in one
+ * buffer at B passes dest_offset = B for every range and knows nothing else
+ * of the plan.
  *   in:  tensor (first index), dest_offset, nbytes (entries in the range, >= 1)
  *   out: nbytes (payload bytes moved), error (0, or the errno of the first
  *        tensor that failed, whose plan index then replaces `tensor`)

@@ -248,6 +248,339 @@ void placefs_client_list_free(char **names, size_t count)
 	free(names);
 }
 
+/* ---- the packed layout: .placefs/packed.tsv --------------------------------- */
+
+#define PACKED_HEAD "# placement\tpacked\tnbytes\tdtype\tshape\tfile\n"
+/* Longest file name of a mount (lib/common/name.h's PLACEFS_NAME_MAX). */
+#define PACKED_NAME_MAX 255
+/* Bytes of a hostile field quoted in a message, at most. */
+#define PACKED_QUOTE 40
+
+/* What placefs_client_packed_read() allocates: the result, then what it points into. */
+struct packed_impl {
+	struct placefs_client_packed pub; /* first: the caller's pointer is this one's */
+	char *text;                       /* the file, its separators made NULs */
+	uint64_t *dims;                   /* every tensor's shape, one after the other */
+};
+
+/* A field for a message: printable ASCII kept, any other byte '?', cut after PACKED_QUOTE. */
+static const char *quote(char out[PACKED_QUOTE + 4], const char *s, size_t n)
+{
+	size_t i, k = n < PACKED_QUOTE ? n : PACKED_QUOTE;
+
+	for (i = 0; i < k; i++)
+		out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+	if (k < n) {
+		memcpy(out + k, "...", 3);
+		k += 3;
+	}
+	out[k] = '\0';
+	return out;
+}
+
+/* A decimal number below 2^64: digits only, no leading zero but "0" itself. */
+static int parse_u64(const char *s, size_t n, uint64_t *v)
+{
+	uint64_t x = 0;
+	size_t i;
+
+	if (n == 0 || n > 20 || (n > 1 && s[0] == '0'))
+		return -1;
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		if (__builtin_mul_overflow(x, 10, &x) ||
+		    __builtin_add_overflow(x, (uint64_t)(s[i] - '0'), &x))
+			return -1;
+	}
+	*v = x;
+	return 0;
+}
+
+/* Where a line's fields are, each [at, at + len) of the text. */
+struct packed_fields {
+	const char *at[6];
+	size_t len[6];
+};
+
+/*
+ * Checks line `line` (its text [s, s + n), without the newline) and fills
+ * *t from it, its dimensions into dims[*ndims ...] (room for `room` more);
+ * end[] is where each placement's layout ends so far. 0 or -EPROTO.
+ */
+static int packed_line(const char *path, size_t line, char *s, size_t n,
+                       struct placefs_client_tensor *t, uint64_t *dims, size_t *ndims, size_t room,
+                       uint64_t end[2], struct placefs_client_error *err)
+{
+	static const char *const what[6] = {"placement", "packed", "nbytes",
+	                                    "dtype",     "shape",  "file"};
+	struct packed_fields f;
+	char q[PACKED_QUOTE + 4];
+	const char *p = s, *tab;
+	size_t k, i, nf = 1;
+
+	for (i = 0; i < n; i++)
+		nf += s[i] == '\t';
+	if (nf != 6)
+		return cfail(err, -EPROTO,
+		             "%s line %zu: %zu fields, not the 6 of the header (placement, packed, "
+		             "nbytes, dtype, shape, file)",
+		             path, line, nf);
+	for (k = 0; k < 6; k++) {
+		tab = k < 5 ? memchr(p, '\t', (size_t)(s + n - p)) : s + n;
+		f.at[k] = p;
+		f.len[k] = (size_t)(tab - p);
+		p = tab + 1;
+	}
+	if (f.len[0] == 3 && memcmp(f.at[0], "gpu", 3) == 0)
+		t->placement = PLACEFS_CLIENT_GPU;
+	else if (f.len[0] == 3 && memcmp(f.at[0], "cpu", 3) == 0)
+		t->placement = PLACEFS_CLIENT_CPU;
+	else
+		return cfail(err, -EPROTO, "%s line %zu: placement '%s' is neither gpu nor cpu",
+		             path, line, quote(q, f.at[0], f.len[0]));
+	for (k = 1; k <= 2; k++)
+		if (parse_u64(f.at[k], f.len[k], k == 1 ? &t->packed : &t->nbytes) != 0)
+			return cfail(err, -EPROTO,
+			             "%s line %zu: %s '%s' is not a decimal number below 2^64 "
+			             "(digits, no leading zero)",
+			             path, line, what[k], quote(q, f.at[k], f.len[k]));
+	if (t->packed > UINT64_MAX - t->nbytes)
+		return cfail(err, -EPROTO,
+		             "%s line %zu: the tensor ends past 2^64 (packed %llu, nbytes %llu)",
+		             path, line, (unsigned long long)t->packed,
+		             (unsigned long long)t->nbytes);
+	if (t->packed < end[t->placement])
+		return cfail(err, -EPROTO,
+		             "%s line %zu: the %s tensor at packed offset %llu overlaps the one "
+		             "before it, which ends at %llu (a placement's tensors come in layout "
+		             "order)",
+		             path, line, t->placement == PLACEFS_CLIENT_GPU ? "gpu" : "cpu",
+		             (unsigned long long)t->packed, (unsigned long long)end[t->placement]);
+	end[t->placement] = t->packed + t->nbytes;
+	for (i = 0; i < f.len[3]; i++) {
+		char c = f.at[3][i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+			break;
+	}
+	if (f.len[3] == 0 || f.len[3] > PLACEFS_CLIENT_DTYPE_MAX || i < f.len[3])
+		return cfail(err, -EPROTO,
+		             "%s line %zu: dtype '%s' is not 1 to %d capitals, digits and '_'",
+		             path, line, quote(q, f.at[3], f.len[3]), PLACEFS_CLIENT_DTYPE_MAX);
+	memcpy(t->dtype, f.at[3], f.len[3]);
+	t->dtype[f.len[3]] = '\0';
+	/* The shape: nothing (a scalar), or numbers separated by single commas. */
+	t->ndim = 0;
+	for (p = f.at[4]; f.len[4] > 0;) {
+		const char *stop = f.at[4] + f.len[4];
+		const char *comma = memchr(p, ',', (size_t)(stop - p));
+		const char *e = comma ? comma : stop;
+
+		if (t->ndim == PLACEFS_CLIENT_NDIM_MAX || t->ndim == room)
+			return cfail(err, -EPROTO,
+			             "%s line %zu: a shape of more than %d dimensions", path, line,
+			             PLACEFS_CLIENT_NDIM_MAX);
+		if (parse_u64(p, (size_t)(e - p), &dims[*ndims + t->ndim]) != 0)
+			return cfail(err, -EPROTO,
+			             "%s line %zu: shape '%s' is not decimal numbers below 2^64 "
+			             "separated by commas",
+			             path, line, quote(q, f.at[4], f.len[4]));
+		t->ndim++;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	t->shape = t->ndim ? dims + *ndims : NULL;
+	*ndims += t->ndim;
+	/* The file name: a file of the mount's root, as the daemon encodes names. */
+	if (f.len[5] == 0 || f.len[5] > PACKED_NAME_MAX)
+		return cfail(err, -EPROTO, "%s line %zu: a file name of %zu bytes (1 to %d)", path,
+		             line, f.len[5], PACKED_NAME_MAX);
+	if (f.at[5][0] == '.')
+		return cfail(err, -EPROTO,
+		             "%s line %zu: file name '%s' starts with '.' (the daemon encodes "
+		             "a leading '.' as %%2E)",
+		             path, line, quote(q, f.at[5], f.len[5]));
+	for (i = 0; i < f.len[5]; i++) {
+		unsigned char c = (unsigned char)f.at[5][i];
+
+		if (c == '/' || c < 0x20 || c == 0x7f)
+			return cfail(err, -EPROTO,
+			             "%s line %zu: file name '%s' has %s at byte %zu (the daemon "
+			             "encodes '/' and refuses control bytes)",
+			             path, line, quote(q, f.at[5], f.len[5]),
+			             c == '/' ? "a '/'" : "a control byte", i);
+	}
+	s[n] = '\0'; /* the newline: the file name ends there */
+	t->file = f.at[5];
+	return 0;
+}
+
+/*
+ * Reads all of fd into a new NUL-terminated buffer (*len bytes before the
+ * NUL), at most PLACEFS_CLIENT_PACKED_MAX bytes. 0 or a negative errno.
+ */
+static int packed_slurp(int fd, const char *path, char **out, size_t *len,
+                        struct placefs_client_error *err)
+{
+	size_t cap = 64 << 10, n = 0;
+	char *buf = NULL, *nb;
+	struct stat st;
+	ssize_t r;
+
+	/* The control file's size is exact: read it in one go, and learn EOF after. */
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+		if ((uint64_t)st.st_size > PLACEFS_CLIENT_PACKED_MAX)
+			return cfail(err, -EFBIG,
+			             "%s: %llu bytes, larger than the %llu a client reads", path,
+			             (unsigned long long)st.st_size,
+			             (unsigned long long)PLACEFS_CLIENT_PACKED_MAX);
+		cap = (size_t)st.st_size + 1;
+	}
+	for (;;) {
+		if (!buf || n == cap) {
+			size_t nc = buf ? cap * 2 : cap;
+
+			if (buf && cap > PLACEFS_CLIENT_PACKED_MAX) {
+				free(buf);
+				return cfail(err, -EFBIG,
+				             "%s: larger than the %llu bytes a client reads", path,
+				             (unsigned long long)PLACEFS_CLIENT_PACKED_MAX);
+			}
+			if (nc > PLACEFS_CLIENT_PACKED_MAX + 1)
+				nc = PLACEFS_CLIENT_PACKED_MAX + 1;
+			nb = realloc(buf, nc + 1);
+			if (!nb) {
+				free(buf);
+				return cfail(err, -ENOMEM, "%s: out of memory for %zu bytes", path,
+				             nc + 1);
+			}
+			buf = nb;
+			cap = nc;
+		}
+		r = placefs_io_read_full(fd, buf + n, cap - n);
+		if (r < 0) {
+			free(buf);
+			return cfail(err, (int)r, "%s: read: %s", path, strerror((int)-r));
+		}
+		n += (size_t)r;
+		if (n < cap)
+			break; /* the end of the file: n <= PLACEFS_CLIENT_PACKED_MAX */
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+int placefs_client_packed_read(const char *mountpoint, struct placefs_client_packed **out,
+                               struct placefs_client_error *err)
+{
+	struct packed_impl *pi = NULL;
+	struct placefs_client_packed *p;
+	size_t len = 0, lines = 0, commas = 0, ndims = 0, room, i, line;
+	uint64_t end[2] = {0, 0};
+	char *path = NULL, *s, *nl;
+	int fd, rc;
+
+	*out = NULL;
+	if (asprintf(&path, "%s/.placefs/packed.tsv", mountpoint) < 0)
+		return cfail(err, -ENOMEM, "out of memory");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		cfail(err, rc, "%s: cannot open: %s%s", path, strerror(-rc),
+		      rc == -ENOENT
+		              ? " (not a placefs mount, or its daemon publishes no packed.tsv)"
+		              : "");
+		goto out;
+	}
+	pi = calloc(1, sizeof(*pi));
+	if (!pi) {
+		close(fd);
+		rc = cfail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	p = &pi->pub;
+	rc = packed_slurp(fd, path, &pi->text, &len, err);
+	close(fd);
+	if (rc != 0)
+		goto out;
+	if (memchr(pi->text, '\0', len)) {
+		rc = cfail(err, -EPROTO, "%s: a NUL byte at byte %zu", path,
+		           (size_t)((char *)memchr(pi->text, '\0', len) - pi->text));
+		goto out;
+	}
+	if (len == 0 || pi->text[len - 1] != '\n') {
+		for (i = 0; i < len; i++)
+			lines += pi->text[i] == '\n';
+		rc = cfail(err, -EPROTO, "%s line %zu: %s", path, lines + 1,
+		           len ? "the last line has no newline (a file cut short?)" : "empty");
+		goto out;
+	}
+	if (len < sizeof(PACKED_HEAD) - 1 ||
+	    memcmp(pi->text, PACKED_HEAD, sizeof(PACKED_HEAD) - 1) != 0) {
+		char q[PACKED_QUOTE + 4];
+
+		nl = memchr(pi->text, '\n', len);
+		rc = cfail(
+		        err, -EPROTO,
+		        "%s line 1: '%s' is not the header '# placement<TAB>packed<TAB>nbytes<TAB>"
+		        "dtype<TAB>shape<TAB>file' (a packed.tsv of another format)",
+		        path, quote(q, pi->text, (size_t)(nl - pi->text)));
+		goto out;
+	}
+	/* Bounds before allocating: a tensor a line, a dimension a comma and one more a tensor. */
+	for (i = 0; i < len; i++) {
+		lines += pi->text[i] == '\n';
+		commas += pi->text[i] == ',';
+	}
+	p->count = lines - 1;
+	if (__builtin_add_overflow(commas, p->count, &room)) {
+		rc = cfail(err, -EPROTO, "%s: too many lines", path);
+		goto out;
+	}
+	p->tensors = calloc(p->count ? p->count : 1, sizeof(*p->tensors));
+	pi->dims = calloc(room ? room : 1, sizeof(*pi->dims));
+	if (!p->tensors || !pi->dims) {
+		rc = cfail(err, -ENOMEM, "%s: out of memory for %zu tensors", path, p->count);
+		goto out;
+	}
+	s = pi->text + sizeof(PACKED_HEAD) - 1;
+	for (i = 0, line = 2; i < p->count; i++, line++) {
+		nl = memchr(s, '\n', (size_t)(pi->text + len - s));
+		rc = packed_line(path, line, s, (size_t)(nl - s), &p->tensors[i], pi->dims, &ndims,
+		                 room - ndims, end, err);
+		if (rc != 0)
+			goto out;
+		p->placed[p->tensors[i].placement]++;
+		s = nl + 1;
+	}
+	p->layout[PLACEFS_CLIENT_GPU] = end[PLACEFS_CLIENT_GPU];
+	p->layout[PLACEFS_CLIENT_CPU] = end[PLACEFS_CLIENT_CPU];
+	*out = p;
+	pi = NULL;
+	rc = 0;
+out:
+	placefs_client_packed_free(pi ? &pi->pub : NULL);
+	free(path);
+	return rc;
+}
+
+void placefs_client_packed_free(struct placefs_client_packed *p)
+{
+	/* p is the first member of what placefs_client_packed_read() allocated. */
+	struct packed_impl *pi = (struct packed_impl *)p;
+
+	if (!pi)
+		return;
+	free(pi->pub.tensors);
+	free(pi->dims);
+	free(pi->text);
+	free(pi);
+}
+
 static void stage_init(struct placefs_ioc_stage *s, uint32_t mode, uint64_t timeout_ns)
 {
 	memset(s, 0, sizeof(*s));

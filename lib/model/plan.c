@@ -835,6 +835,42 @@ int placefs_plan_format_layout(const struct placefs_plan *plan, struct placefs_s
 	return rollback(sb, start, rc);
 }
 
+int placefs_plan_format_packed(const struct placefs_plan *plan, struct placefs_strbuf *sb)
+{
+	size_t start = sb->len;
+	int rc;
+
+	/* A line: its file name and some 64 bytes of numbers (reserve() counts two names). */
+	reserve(plan, 64, sb);
+	rc = placefs_strbuf_adds(sb, PLACEFS_PLAN_PACKED_HEAD);
+	for (size_t i = 0; rc == 0 && i < plan->n; i++) {
+		const struct placefs_plan_entry *e = &plan->entries[i];
+		const struct placefs_tensor *ts = e->tensor;
+
+		/* Numbers without printf, as in format_json: a plan may have a million entries. */
+		rc = placefs_strbuf_adds(sb, placefs_placement_name(e->placement));
+		if (!rc)
+			rc = placefs_strbuf_add_u64(sb, "\t", e->packed);
+		if (!rc)
+			rc = placefs_strbuf_add_u64(sb, "\t", ts->nbytes);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "\t");
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, placefs_dtype_name(ts->dtype));
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "\t");
+		for (uint32_t d = 0; rc == 0 && d < ts->ndim; d++)
+			rc = placefs_strbuf_add_u64(sb, d ? "," : "", ts->shape[d]);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "\t");
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, e->fname);
+		if (!rc)
+			rc = placefs_strbuf_adds(sb, "\n");
+	}
+	return rollback(sb, start, rc);
+}
+
 int placefs_plan_format_columns(const struct placefs_plan *plan, const char *source,
                                 struct placefs_strbuf *sb)
 {

@@ -198,6 +198,25 @@ int placefs_plan_format_column_chunks(const struct placefs_plan *plan, size_t ch
  * The mount's .placefs/layout.json. 0 or -ENOMEM with sb as it was.
  */
 int placefs_plan_format_layout(const struct placefs_plan *plan, struct placefs_strbuf *sb);
+/*
+ * The packed layouts entry by entry, for clients that do not compute the
+ * layout themselves (the C client's placefs_client_packed_read()): a first
+ * line PLACEFS_PLAN_PACKED_HEAD, then one line per plan entry in plan order
+ * (line i + 2 is entry i), six fields separated by tabs:
+ *   placement  "gpu" or "cpu"
+ *   packed     the entry's offset in its placement's packed layout (decimal)
+ *   nbytes     its payload bytes (decimal)
+ *   dtype      its dtype's name ("BF16")
+ *   shape      its dimensions in decimal, separated by commas ("4096,512";
+ *              empty for a scalar)
+ *   file       its file name in the mount (the entry's fname)
+ * and "\n". No field holds a tab or a newline: the file name is an encoded
+ * name (lib/common/name.h refuses every C0 control byte, tab and newline
+ * among them), the others are words and numbers. The mount's
+ * .placefs/packed.tsv. 0 or -ENOMEM with sb as it was.
+ */
+#define PLACEFS_PLAN_PACKED_HEAD "# placement\tpacked\tnbytes\tdtype\tshape\tfile\n"
+int placefs_plan_format_packed(const struct placefs_plan *plan, struct placefs_strbuf *sb);
 /* The text plan: one line per tensor, then a summary. */
 int placefs_plan_format_text(const struct placefs_plan *plan, const char *source,
                              struct placefs_strbuf *sb);
