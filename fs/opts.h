@@ -56,7 +56,7 @@
  * the threshold is reached the kernel drops each async readahead window after
  * allocating its page-cache pages, and frees them again, so it must cover
  * every concurrent reader's window: 384 = 24 readers x 16 MiB of readahead in
- * 1 MiB requests (doc/PERFORMANCE.md, section 2.1).
+ * 1 MiB requests (doc/PERFORMANCE.md, section 3.6).
  */
 #define PLACEFS_MAX_BACKGROUND     512
 #define PLACEFS_MAX_BACKGROUND_MAX 65535 /* the protocol's field is 16 bits */

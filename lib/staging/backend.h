@@ -45,14 +45,15 @@
 
 /*
  * -o host_buffer defaults and bounds. A CUDA ring defaults to 128 MiB: 32
- * chunks of 4 MiB, two or three per I/O thread. On the H200 machine (300 MiB
- * last-level cache), fresh mounts, side by side in one run, a one-shot load
- * of Llama-3-8B shapes moved 47.8-48.9 GB/s with it against 43.4-44.2 with
+ * chunks of 4 MiB, two or three per I/O thread. On an NVIDIA H200 VM with 16
+ * cores (300 MiB last-level cache), fresh mounts side by side in one run of
+ * tests/bench/first-pass.sh --prime --loader, a one-shot load of Llama-3-8B
+ * shapes moved 47.8-48.9 GB/s with it against 43.4-44.2 with
  * 64 MiB (2 MiB chunks), and the mixture of experts 46.2-46.6 against
  * 41.5-42.0; 96M gave 47.7, 192M and 256M 35-50 (unsteady; the hypothesis,
  * unproven: the bytes between the CPU's copy and the DMA that reads them
  * back outgrow the cache), 32M 34-35. On a busier instance it was ahead in
- * one run and behind in another (doc/PERFORMANCE.md 0.0). The host ring
+ * one run and behind in another (doc/PERFORMANCE.md 3.1). The host ring
  * keeps 64 MiB: its chunks are memcpy'd into host memory, and it is filled
  * (touched) at mount.
  */
@@ -68,7 +69,7 @@
  * 64 MiB 32 of 2 MiB; 1 GiB 64 of 16 MiB. Every I/O thread must
  * double-buffer: 4 MiB chunks one per thread (64 MiB as 16) ran at 42.8
  * GB/s against 47.8-48.9 as 32, and 16 MiB one per thread at half that
- * (doc/PERFORMANCE.md section 0).
+ * (doc/PERFORMANCE.md section 3.1).
  */
 #define PLACEFS_CHUNK_TARGET_COUNT 32
 #define PLACEFS_CHUNK_MIN          (4ULL << 10)

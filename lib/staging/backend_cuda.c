@@ -238,7 +238,8 @@ static void cuda_release(struct cuda_priv *cp, uint8_t *host_buf)
  * PLACEFS_STAGE_ZC_WAIT, how the I/O thread waits for one: "spin" (the
  * default: the runtime polls, as for any event without
  * cudaEventBlockingSync) or "block" (sleep until the device interrupts).
- * Measured on an H200 with a ring of one large tensor (doc/PERFORMANCE.md):
+ * Measured on an H200 with a ring of one large tensor (tests/bench/stage-sweep.sh
+ * --envs, doc/PERFORMANCE.md 3.1 and 5):
  * more streams gave nothing, and blocking waits cost 3-4 % of the link: the
  * ring waits for the thread that sleeps through the end of each transfer.
  */

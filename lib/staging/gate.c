@@ -70,7 +70,8 @@ int placefs_gate_cached(int fd, uint64_t off, uint64_t len)
 	/*
 	 * tmpfs and ramfs hold the file in memory: reading it needs no disk. Not
 	 * asked of cachestat(2) either, which walks every page of the range
-	 * (about 30 us per 4 MiB on the development VM's tmpfs, 20 on ext4).
+	 * (about 30 us per 4 MiB on tmpfs, 20 on ext4, on a 2-core virtual
+	 * machine with Linux 6.18).
 	 */
 	if (fstatfs(fd, &sf) == 0 &&
 	    ((uint32_t)sf.f_type == TMPFS_MAGIC_ || (uint32_t)sf.f_type == RAMFS_MAGIC_))

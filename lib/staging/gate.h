@@ -7,12 +7,14 @@
  * each. From the page cache that parallelism is what reaches the copy
  * engine's pace; from a cold disk it is a dozen scattered reads in flight,
  * which some disks serve slower than fewer streams. The gate is on by
- * default with 2 streams (-o disk_streams=2): on stop 33's H100 instance
- * (virtio disk, doc/PERFORMANCE.md) a cold one-shot load through 2 streams
- * beat the ungated one in 5 of 5 pairs (1.73-2.11 against 1.47-1.55 GB/s,
- * buffered dd 1.60-1.87 between the rows); 1 stream beat it too (5 of 5)
- * and lost to 2 in 3 of 5. A disk that wants a deeper queue (an NVMe array)
- * may want more; 0 turns the gate off.
+ * default with 2 streams (-o disk_streams=2): on an NVIDIA H100 80GB HBM3
+ * instance with 16 vCPUs and a virtio disk, at 24b3cd4 (tests/bench/gpu.sh
+ * --oneshot --disk-streams "0 1 2", then three rounds of cold one-shot loads
+ * with buffered dd before and after each row; doc/PERFORMANCE.md 3.5), a
+ * cold one-shot load through 2 streams beat the ungated one in 5 of 5 pairs
+ * (1.73-2.11 against 1.47-1.55 GB/s, dd 1.60-1.87 between the rows);
+ * 1 stream beat it too (5 of 5) and lost to 2 in 3 of 5. A disk that wants
+ * a deeper queue (an NVMe array) may want more; 0 turns the gate off.
  *
  * placefs_gate_pread() asks the kernel whether the range is all in the page
  * cache (cachestat(2), Linux 6.5; no I/O is started by asking; a file on

@@ -291,7 +291,7 @@ static int direct_setting(const struct placefs_stager_config *cfg, bool *out,
 /*
  * Decides whether zero-copy is on (st->zc made): the backend must have it,
  * and the config (or, by default, $PLACEFS_STAGE_ZERO_COPY) must turn it
- * on. It is off by default: measured on an H200 (doc/PERFORMANCE.md), the
+ * on. It is off by default: measured on an H200 (doc/PERFORMANCE.md 4), the
  * bounce path's first pass after a mount runs at 0.76 x the pinned-H2D
  * ceiling against 0.22 x for zero-copy, whose first stage of each shard
  * registers the whole shard (1.2 s for 17 GB; 256 ms before the first

@@ -59,8 +59,10 @@ static void pf_evict(struct placefs_stager *st, struct pf_entry *e)
  * ends. A job in flight with more than the bounce buffer's worth of pieces
  * still to hand out is cut short: the rest is cancelled (-ECANCELED; its
  * pieces are skipped, those handed out end first), so a foreground request
- * never waits for the whole of a large speculative read (a 1 GiB embedding
- * through a host ring of the development VM: 2.2 s). A smaller one runs to
+ * never waits for the whole of a large speculative read (a borrow behind the
+ * prefetch of a 1 GiB embedding took 1.88-2.67 s before it was cut short,
+ * 0.045 s after: BENCH_DEVICE=host tests/bench/borrow-latency.sh on a 2-core
+ * virtual machine, doc/STAGING.md 5). A smaller one runs to
  * its end, as the loader may still adopt it (the next tensor it asks for).
  * An adopter that finds a job cancelled stages the tensor afresh
  * (stage_pf_adopt). Returns how many were given back at once. Lock held.

@@ -16,7 +16,7 @@ time, and the daemon's batch moves, direct copies and ring waits. Then, on anoth
 fresh mount, the same bytes as the plan ranges load_state_dict sends before
 it reads the plan (placefs.loader._Early, STAGE_BATCH with BATCH_RANGES).
 Set beside load_state_dict on the same checkpoint, it separates the daemon's
-part from the loader's Python (doc/PERFORMANCE.md 0.0.1).
+part from the loader's Python (doc/PERFORMANCE.md 3.3).
 """
 import json
 import os

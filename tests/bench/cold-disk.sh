@@ -18,7 +18,7 @@
 # to dd. --streams "0 2" repeats each limit's rows per -o disk_streams value
 # (lib/staging/gate.h; default: the daemon's default only). Needs root (drop_caches); the loader rows need torch, and a CUDA
 # build and a GPU unless BENCH_DEVICE=host (then into host memory, --device
-# cpu: the development machine's stand-in).
+# cpu, on a machine without a GPU).
 #
 #   tests/bench/cold-disk.sh [--dir DIR] [--llama L:H:I:V | --source PATH]
 #                            [--threads "N ..."] [--limits "512MiB none"] [--cpu "auto read"]

@@ -124,7 +124,7 @@ fi
 if [ -d "$src" ]; then set -- "$src"/*.safetensors; else set -- "$src"; fi
 total=$(bench_bytes first-pass "$src" "$@")
 # The first read of freshly written pages costs the kernel more (LRU
-# activation, doc/PERFORMANCE.md 0.0.3): --prime reads the shards once first, so
+# activation, doc/PERFORMANCE.md 3.1): --prime reads the shards once first, so
 # that every row sees the page cache as a checkpoint read before leaves it.
 if [ -n "$prime" ]; then
 	cat "$@" >/dev/null

@@ -7,7 +7,7 @@ Maps FILE read-only, touches every page, then looks each page up in
 or a tail of a compound (large) folio, or an order-0 page. A first read
 through FUSE allocates a page-cache folio for every piece it fills; with
 order-0 folios that is one allocation per 4 KiB, in the reader's thread
-(doc/PERFORMANCE.md, section 2.1).
+(doc/PERFORMANCE.md, section 3.6).
 
     tests/bench/folio-orders.py FILE
 """

@@ -20,7 +20,7 @@
 #     passes on one mount, so warm ones.
 #
 # --oneshot [OPTIONS] runs tests/bench/oneshot-table.sh instead: the one-shot
-# table of issue #13 (doc/PERFORMANCE.md's first section), every figure from
+# table of issue #13 (doc/PERFORMANCE.md section 2.1), every figure from
 # a fresh mount, in one run.
 #
 #   tests/bench/gpu.sh --oneshot [--quick] [--disk-dir DIR] [--disk-streams LIST] [--no-disk] [--no-metadata]

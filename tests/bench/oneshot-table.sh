@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# The one-shot table of issue #13 (doc/PERFORMANCE.md, first section) in one
+# The one-shot table of issue #13 (doc/PERFORMANCE.md section 2.1) in one
 # run, every figure from a fresh mount, the references in the same run:
 #   - the pinned host-to-device ceiling (before and after every group, by
 #     first-pass.sh) and the peer, safetensors.torch.load_file(device=cuda:0)
@@ -23,7 +23,8 @@
 # without a GPU (no ceiling, no loader rows, host ring). --quick uses small
 # checkpoints (for that dry run). The full run is meant to fit one 10-minute
 # call on the GPU machine (build included); --no-disk and --no-metadata
-# shorten it: with both, 158 s on an H100 instance (stop 31, build apart).
+# shorten it: with both, 158 s on an NVIDIA H100 80GB HBM3 instance with 16
+# vCPUs (the code of 248b1cb, build apart).
 #
 #   tests/bench/oneshot-table.sh [--quick] [--disk-dir DIR] [--disk-streams LIST] [--no-disk]
 #                                [--no-metadata]
