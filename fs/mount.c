@@ -25,13 +25,14 @@ enum shard_state {
 };
 
 struct placefs_shard_health {
-	atomic_int state;             /* enum shard_state */
-	atomic_int no_map;            /* 1 once a reply from its mapping faulted: pread since */
-	atomic_uint_fast64_t fail_ns; /* CLOCK_MONOTONIC of its last failed read */
-	atomic_uint_fast64_t fails;   /* requests failed since it was last OK */
-	pthread_mutex_t log_lock;     /* the two fields below */
-	uint64_t log_ns;              /* the rate limiter's clock (see shard_log()) */
-	uint64_t suppressed;          /* lines not logged since then */
+	atomic_int state;               /* enum shard_state */
+	atomic_int no_map;              /* 1 once a reply from its mapping faulted: pread since */
+	atomic_uint_fast64_t fail_ns;   /* CLOCK_MONOTONIC of its last failed read */
+	atomic_uint_fast64_t fails;     /* requests failed since it was last OK */
+	atomic_uint_fast64_t reopen_ns; /* CLOCK_MONOTONIC of the last look for a remount */
+	pthread_mutex_t log_lock;       /* the two fields below */
+	uint64_t log_ns;                /* the rate limiter's clock (see shard_log()) */
+	uint64_t suppressed;            /* lines not logged since then */
 };
 
 /* The counters in .placefs/stats, in the document's order: one row each. */
@@ -171,6 +172,71 @@ void placefs_mount_shard_read_ok(struct placefs_mount *m, uint32_t i)
 }
 
 /*
+ * Shard i's mapping onto the descriptor's file again, at the same address,
+ * after the descriptor was given another file (a remount): MAP_FIXED
+ * replaces the old pages at once. If that fails, the range is held with an
+ * inaccessible mapping (a reply still copying from it faults: EIO) and the
+ * shard is read with pread from then on.
+ */
+static void shard_remap(struct placefs_mount *m, uint32_t i)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	void *at, *p;
+
+	if (!m->maps || !m->maps[i])
+		return;
+	at = (void *)m->maps[i];
+	p = mmap(at, m->map_len[i], PROT_READ, MAP_SHARED | MAP_FIXED,
+	         placefs_ckpt_shard(m->ckpt, i)->fd, 0);
+	if (p == MAP_FAILED) {
+		atomic_store(&h->no_map, 1);
+		mmap(at, m->map_len[i], PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		return;
+	}
+	atomic_store(&h->no_map, 0);
+}
+
+/*
+ * At most once per PLACEFS_SHARD_QUIET_NS per shard, placefs_ckpt_shard_reopen():
+ * after a failed check (same_file false), a shard whose file system was
+ * mounted again is taken from there; while its reads fail although the
+ * check passes (same_file true), it is opened again. Either way its mapping
+ * is renewed. Returns 1 taken, else 0 (the verdict stands; a refusal is
+ * logged with the shard's other lines).
+ */
+static int shard_try_reopen(struct placefs_mount *m, uint32_t i, bool same_file)
+{
+	struct placefs_shard_health *h = &m->health[i];
+	uint64_t now = placefs_clock_ns(), last;
+	struct placefs_error err;
+	int rc;
+
+	last = atomic_load_explicit(&h->reopen_ns, memory_order_relaxed);
+	if ((last && now - last < PLACEFS_SHARD_QUIET_NS) ||
+	    !atomic_compare_exchange_strong(&h->reopen_ns, &last, now))
+		return 0;
+	placefs_error_clear(&err);
+	rc = placefs_ckpt_shard_reopen(m->ckpt, i, same_file, &err);
+	if (rc < 0 && err.msg[0])
+		shard_log(m, i, LOG_ERR, false, "%s: reads of its tensors still fail", err.msg);
+	if (rc != 1)
+		return 0;
+	shard_remap(m, i);
+	if (same_file)
+		shard_log(m, i, LOG_NOTICE, false,
+		          "shard '%s' opened again, its reads failing (size, modification time "
+		          "and header as validated); reading it through the new descriptor",
+		          shard_file(m, i));
+	else
+		shard_log(m, i, LOG_NOTICE, false,
+		          "shard '%s' is back on a file system mounted again (size, modification "
+		          "time and header as validated); reading it from there",
+		          shard_file(m, i));
+	return 1;
+}
+
+/*
  * fstat and stat still match when the shard's file system fails to read it,
  * so a passing check ends CHANGED (the shard was put back) but not IOERR.
  */
@@ -181,10 +247,17 @@ int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i)
 
 	placefs_error_clear(&err);
 	rc = placefs_ckpt_shard_check(m->ckpt, i, &err);
+	if (rc != 0 && shard_try_reopen(m, i, false)) {
+		placefs_error_clear(&err);
+		rc = placefs_ckpt_shard_check(m->ckpt, i, &err);
+	}
 	if (rc == 0) {
-		if (atomic_load_explicit(&m->health[i].state, memory_order_relaxed) ==
-		    SHARD_CHANGED)
+		int st = atomic_load_explicit(&m->health[i].state, memory_order_relaxed);
+
+		if (st == SHARD_CHANGED)
 			shard_recover(m, i, SHARD_CHANGED);
+		else if (st == SHARD_IOERR)
+			shard_try_reopen(m, i, true);
 		return 0;
 	}
 	if (rc != -ESTALE && rc != -EIO)
@@ -504,6 +577,7 @@ int placefs_mount_init(struct placefs_mount *m, const struct placefs_opts *opts,
 		atomic_init(&h->no_map, 0);
 		atomic_init(&h->fail_ns, 0);
 		atomic_init(&h->fails, 0);
+		atomic_init(&h->reopen_ns, 0);
 		if (pthread_mutex_init(&h->log_lock, NULL) != 0) {
 			/* Only the locks made so far are destroyed. */
 			m->nshards = i;

@@ -608,6 +608,121 @@ START_TEST(test_empty_and_missing_sources)
 }
 END_TEST
 
+/* Puts shard file `path`'s modification time to `mtime`. */
+static void set_mtime(const char *path, struct timespec mtime)
+{
+	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime};
+
+	ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+/* Points the symbolic link `link` at `target` at once (rename over it). */
+static void repoint(const char *link, const char *target)
+{
+	char *tmp;
+
+	ck_assert(asprintf(&tmp, "%s.new", link) > 0);
+	unlink(tmp);
+	ck_assert_int_eq(symlink(target, tmp), 0);
+	ck_assert_int_eq(rename(tmp, link), 0);
+	free(tmp);
+}
+
+/*
+ * placefs_ckpt_shard_reopen(): the source directory reached through a link
+ * that is re-pointed to a copy on another file system stands for a remount
+ * (/dev/shm is a tmpfs of its own). A copy with the size, mtime and header
+ * validated is taken there, and the descriptor reads it; one with another
+ * mtime or header is refused naming the shard; a file replaced on the same
+ * file system is never taken; same_file opens the very file again.
+ */
+START_TEST(test_shard_reopen)
+{
+	char *a = at("a"), *link = at("src"), *pa = at("a/x.safetensors");
+	char *tmp = at("a/x.tmp"), bdir[] = "/dev/shm/placefs-check-ckpt-XXXXXX", *pb;
+	const struct placefs_shard *sh;
+	struct placefs_ckpt *ck;
+	struct placefs_error err;
+	struct timespec mtime;
+	struct stat sa, sb, st;
+
+	ck_assert_int_eq(mkdir(a, 0755), 0);
+	mk(pa, "w", 64u, "v", 8u, NULL);
+	ck_assert_int_eq(symlink(a, link), 0);
+	ck = open_ok(link, NULL);
+	sh = placefs_ckpt_shard(ck, 0);
+	mtime = sh->mtime;
+
+	/* same_file: the very file on a fresh descriptor; nothing else changes. */
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, true, NULL), 1);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), 0);
+	ck_assert_int_eq(fstat(sh->fd, &st), 0);
+	ck_assert_uint_eq(st.st_ino, sh->ino);
+	/* Not after a failed check: the same file system has nothing to adopt. */
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, false, NULL), 0);
+
+	/* Replaced on the same file system by an identical copy: stays refused. */
+	mk(tmp, "w", 64u, "v", 8u, NULL);
+	set_mtime(tmp, mtime);
+	ck_assert_int_eq(rename(tmp, pa), 0);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), -ESTALE);
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, false, NULL), 0);
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, true, NULL), 0);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), -ESTALE);
+
+	ck_assert_ptr_nonnull(mkdtemp(bdir));
+	ck_assert_int_eq(stat(a, &sa), 0);
+	ck_assert_int_eq(stat(bdir, &sb), 0);
+	if (sa.st_dev == sb.st_dev) {
+		fprintf(stderr,
+		        "test_shard_reopen: %s and /dev/shm are one file system; the "
+		        "remount cases are skipped\n",
+		        a);
+		goto out;
+	}
+	pb = tu_path(bdir, "x.safetensors");
+
+	/* The source on another file system, the copy validated: taken there. */
+	mk(pb, "w", 64u, "v", 8u, NULL);
+	set_mtime(pb, mtime);
+	repoint(link, bdir);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), -ESTALE);
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, false, NULL), 1);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), 0);
+	ck_assert_int_eq(fstat(sh->fd, &st), 0);
+	ck_assert_uint_eq(st.st_dev, sb.st_dev);
+	/* The descriptor keeps its number, and the record of the mount stays. */
+	ck_assert_uint_eq(sh->dev, sa.st_dev);
+
+	/* Back to the first file system: another mtime, then another header. */
+	mk(pa, "w", 64u, "v", 8u, NULL);
+	repoint(link, a);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, false, &err), -ESTALE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "x.safetensors"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "modification time"));
+	mk(pa, "u", 64u, "v", 8u, NULL);
+	set_mtime(pa, mtime);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, false, &err), -ESTALE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "header"));
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), -ESTALE);
+	/* The exact shard again: taken, served. */
+	mk(pa, "w", 64u, "v", 8u, NULL);
+	set_mtime(pa, mtime);
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, false, NULL), 1);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), 0);
+	free(pb);
+out:
+	tu_rmtree(bdir);
+	placefs_ckpt_free(ck);
+	free(a);
+	free(link);
+	free(pa);
+	free(tmp);
+}
+END_TEST
+
 /* shard_check passes untouched, and catches truncation, rewrite, growth and replacement. */
 START_TEST(test_shard_check)
 {
@@ -1014,6 +1129,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, test_first_bad_shard_reported);
 	tcase_add_test(tc, test_empty_and_missing_sources);
 	tcase_add_test(tc, test_shard_check);
+	tcase_add_test(tc, test_shard_reopen);
 	tcase_add_test(tc, test_shard_check_ctime);
 	tcase_add_test(tc, test_shard_symlink_escapes_refused);
 	tcase_add_test(tc, test_shard_symlink_escapes_fallback);

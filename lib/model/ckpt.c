@@ -9,6 +9,7 @@
 #include <linux/openat2.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@ struct shard_priv {
 	_Atomic uint64_t ctime_bad; /* the last one whose header did not (0: none) */
 	uint8_t *hdr;               /* the 8 + N header bytes validated at open */
 	size_t hdr_len;
+	/* The file the descriptor holds now: the one validated, or one adopted after a remount. */
+	_Atomic uint64_t dev, ino;
 };
 
 struct placefs_ckpt {
@@ -388,6 +391,8 @@ static int open_shard(const struct placefs_ckpt *ck, struct placefs_shard *sh,
 	sh->ctime = st.st_ctim;
 	sh->mode = st.st_mode;
 	atomic_store(&priv->ctime_ok, ts_ns(st.st_ctim));
+	atomic_store(&priv->dev, (uint64_t)st.st_dev);
+	atomic_store(&priv->ino, (uint64_t)st.st_ino);
 	rc = keep_header(priv, sh->fd, h, disp, err);
 out:
 	free(disp);
@@ -968,10 +973,23 @@ out:
 	return rc;
 }
 
+/* The device and inode shard i's descriptor holds now (see placefs_ckpt_shard_reopen()). */
+static void shard_ident(const struct placefs_ckpt *ck, size_t i, uint64_t *dev, uint64_t *ino)
+{
+	if (!ck->priv) {
+		*dev = (uint64_t)ck->shards[i].dev;
+		*ino = (uint64_t)ck->shards[i].ino;
+		return;
+	}
+	*dev = atomic_load_explicit(&ck->priv[i].dev, memory_order_acquire);
+	*ino = atomic_load_explicit(&ck->priv[i].ino, memory_order_acquire);
+}
+
 int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct placefs_error *err)
 {
 	const struct placefs_shard *sh;
 	struct stat st, fst;
+	uint64_t dev, ino;
 
 	if (!ck || i >= ck->nshards)
 		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE, "ckpt: no shard %zu", i);
@@ -994,11 +1012,95 @@ int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct pla
 		return placefs_error_set(err, -ESTALE, PLACEFS_E_IO,
 		                         "shard %s was removed or replaced since mount: %s",
 		                         sh->path, strerror(errno));
-	if (st.st_dev != sh->dev || st.st_ino != sh->ino || fst.st_dev != sh->dev ||
-	    fst.st_ino != sh->ino)
+	shard_ident(ck, i, &dev, &ino);
+	if ((uint64_t)st.st_dev != dev || (uint64_t)st.st_ino != ino ||
+	    (uint64_t)fst.st_dev != dev || (uint64_t)fst.st_ino != ino)
 		return placefs_error_set(err, -ESTALE, PLACEFS_E_IO,
 		                         "shard %s was replaced since mount", sh->path);
 	return ctime_check(ck, i, &fst, err);
+}
+
+int placefs_ckpt_shard_reopen(const struct placefs_ckpt *ck, size_t i, bool same_file,
+                              struct placefs_error *err)
+{
+	const struct placefs_shard *sh;
+	struct shard_priv *p;
+	struct stat st, fst;
+	uint8_t *buf = NULL;
+	uint64_t dev, ino;
+	ssize_t r;
+	int fd, rc = 0;
+
+	if (!ck || i >= ck->nshards || !ck->priv)
+		return 0;
+	sh = &ck->shards[i];
+	p = &ck->priv[i];
+	shard_ident(ck, i, &dev, &ino);
+	/*
+	 * Nothing at the path, or not the file asked for (another file system
+	 * after a failed check; the very file the descriptor holds for a fresh
+	 * descriptor): the caller's verdict stands.
+	 */
+	if (stat(sh->path, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	if (same_file ? (uint64_t)st.st_dev != dev || (uint64_t)st.st_ino != ino
+	              : (uint64_t)st.st_dev == dev)
+		return 0;
+	if ((uint64_t)st.st_size != sh->size || st.st_mtim.tv_sec != sh->mtime.tv_sec ||
+	    st.st_mtim.tv_nsec != sh->mtime.tv_nsec)
+		return placefs_error_set(err, -ESTALE, PLACEFS_E_IO,
+		                         "shard %s is on a file system mounted again, but its size "
+		                         "(%" PRIu64 " bytes) or modification time is not the one "
+		                         "validated",
+		                         sh->path, (uint64_t)st.st_size);
+	fd = ck->root ? open_beneath(ck, sh->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+	              : open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return 0; /* gone again, or it leads out: stays refused */
+	/* The file opened must be the one looked at, and still the one validated. */
+	if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || fst.st_dev != st.st_dev ||
+	    fst.st_ino != st.st_ino || (uint64_t)fst.st_size != sh->size ||
+	    fst.st_mtim.tv_sec != sh->mtime.tv_sec || fst.st_mtim.tv_nsec != sh->mtime.tv_nsec ||
+	    fcntl(fd, F_SETFL, 0) != 0)
+		goto out;
+	buf = malloc(p->hdr_len ? p->hdr_len : 1);
+	if (!buf) {
+		rc = nomem(err);
+		goto out;
+	}
+	r = placefs_io_pread_full(fd, buf, p->hdr_len, 0);
+	if (r < 0 || (size_t)r != p->hdr_len || memcmp(buf, p->hdr, p->hdr_len) != 0) {
+		rc = placefs_error_set(err, -ESTALE, PLACEFS_E_IO,
+		                       "shard %s is on a file system mounted again, but its header "
+		                       "%s",
+		                       sh->path,
+		                       r < 0 || (size_t)r != p->hdr_len
+		                               ? "cannot be read"
+		                               : "is not the one validated");
+		goto out;
+	}
+	/*
+	 * Adopted: the descriptor's number now holds the new file (dup3 replaces
+	 * it at once; a read in progress on the old one finishes there), so its
+	 * users (reads, stagers) need not know. The lock keeps a header re-read
+	 * of ctime_check() from racing the switch.
+	 */
+	pthread_mutex_lock(&p->lock);
+	if (dup3(fd, sh->fd, O_CLOEXEC) < 0) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO, "cannot reopen shard %s: %s",
+		                       sh->path, strerror(errno));
+	} else {
+		atomic_store_explicit(&p->dev, (uint64_t)fst.st_dev, memory_order_release);
+		atomic_store_explicit(&p->ino, (uint64_t)fst.st_ino, memory_order_release);
+		atomic_store_explicit(&p->ctime_bad, 0, memory_order_release);
+		atomic_store_explicit(&p->ctime_ok, ts_ns(fst.st_ctim), memory_order_release);
+		rc = 1;
+	}
+	pthread_mutex_unlock(&p->lock);
+out:
+	free(buf);
+	close(fd);
+	return rc;
 }
 
 int placefs_ckpt_open_file(const struct placefs_ckpt *ck, const char *file, int flags)

@@ -29,6 +29,7 @@
 #ifndef PLACEFS_CKPT_H
 #define PLACEFS_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -42,7 +43,7 @@ struct placefs_shard {
 	const char *file; /* path relative to the source directory, as in the index */
 	const char *path; /* path opened (source directory joined with file) */
 	int fd;           /* read-only descriptor, owned by the ckpt */
-	dev_t dev;
+	dev_t dev; /* device and inode as validated at open (see placefs_ckpt_shard_reopen()) */
 	ino_t ino;
 	uint64_t size;
 	struct timespec mtime;
@@ -107,6 +108,29 @@ const struct placefs_tensor *placefs_ckpt_tensors(const struct placefs_ckpt *ck)
  * cannot be read again) with a message naming the shard. Thread-safe.
  */
 int placefs_ckpt_shard_check(const struct placefs_ckpt *ck, size_t i, struct placefs_error *err);
+
+/*
+ * Opens shard i's path again and, if the file there has the size,
+ * modification time and header bytes validated at mount (as a shard put
+ * back with a new ctime is accepted), puts it in place of the descriptor's
+ * file. The descriptor keeps its number (dup3), so whoever reads through it
+ * reads the new file from then on. Which file is taken:
+ *  - same_file false, after a failed check: a file on another file system
+ *    than the one the descriptor holds (the source's file system was
+ *    unmounted and mounted again: s3fs, sshfs, NFS); the check compares
+ *    with its device and inode from then on. A file of the same file system
+ *    is never taken: a shard replaced there stays refused;
+ *  - same_file true, while reads fail although the check passes: the very
+ *    file the descriptor holds (same device and inode), on a fresh
+ *    descriptor (a network file system that reconnected, such as sshfs -o
+ *    reconnect, answers EIO on descriptors opened before).
+ * Returns 1 taken; 0 nothing to take (no such file there, or it changed
+ * while being looked at); -ESTALE with a message when the file is there but
+ * is not the shard validated. Thread-safe: concurrent callers may both take
+ * the same file.
+ */
+int placefs_ckpt_shard_reopen(const struct placefs_ckpt *ck, size_t i, bool same_file,
+                              struct placefs_error *err);
 
 /*
  * Opens `file` (a path relative to the source directory) as the shards of a
