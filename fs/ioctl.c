@@ -835,6 +835,8 @@ void placefs_ioctl_log(const struct placefs_ioctl *fs)
 {
 	if (fs && fs->log_line[0])
 		placefs_log(LOG_INFO, "%s", fs->log_line);
+	if (fs && fs->share_line[0])
+		placefs_log(LOG_INFO, "%s", fs->share_line);
 }
 
 void placefs_ioctl_shutdown(struct placefs_ioctl *fs)

@@ -503,17 +503,19 @@ void ioctl_ring_share(struct placefs_ioctl *fs)
 		g = share;
 	placefs_perm_release(&fs->ring_perm);
 	placefs_perm_init(&fs->ring_perm, fs->self_uid, g, mode, NULL, 0, "ring", NULL);
+	/* Said by placefs_ioctl_log() with the rest, once the log is the daemon's. */
 	if (a == PLACEFS_PERM_ANYONE)
-		placefs_log(LOG_INFO, "staging: every shard is readable by everyone: anyone may "
-		                      "borrow (the ring's shm object is mode 0644)");
+		snprintf(fs->share_line, sizeof(fs->share_line),
+		         "staging: every shard is readable by everyone: anyone may borrow (the "
+		         "ring's shm object is mode 0644)");
 	else if (a == PLACEFS_PERM_GROUP)
-		placefs_log(LOG_INFO,
-		            "staging: every member of group %u may read every shard: they may "
-		            "borrow (the ring's shm object is group %u, mode 0640); other users "
-		            "copy",
-		            (unsigned)g, (unsigned)g);
+		snprintf(fs->share_line, sizeof(fs->share_line),
+		         "staging: every member of group %u may read every shard: they may borrow "
+		         "(the ring's shm object is group %u, mode 0640); other users copy",
+		         (unsigned)g, (unsigned)g);
 	else
-		placefs_log(LOG_INFO, "staging: no group of users may read every shard: only root "
-		                      "and the daemon's user may borrow (the ring's shm object is "
-		                      "mode 0600); other users copy");
+		snprintf(fs->share_line, sizeof(fs->share_line),
+		         "staging: no group of users may read every shard: only root and the "
+		         "daemon's user may borrow (the ring's shm object is mode 0600); other "
+		         "users copy");
 }

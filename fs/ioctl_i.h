@@ -185,6 +185,7 @@ struct placefs_ioctl {
 	/* For the log and stats: "none", "host (/placefs-1-0)", "host:0,host:1", ... */
 	char device[PLACEFS_DEVICES_NAME_MAX + 160];
 	char log_line[1024];  /* what placefs_ioctl_log() says */
+	char share_line[256]; /* and who may borrow (the host ring's audience), or "" */
 	char plan_line[1024]; /* what placefs_ioctl_plan_line() gives */
 
 	/* GPU-placed plan entries in checkpoint order, and each entry's position there. */
