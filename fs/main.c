@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +77,28 @@ static void log_summary(const struct placefs_mount *m, const struct placefs_opts
 		            "-o ring_size=%llu ignored: staging is disabled (-o device=none), so "
 		            "there is no ring",
 		            (unsigned long long)o->ring_size);
+}
+
+/* statfs(2) f_type of a FUSE file system (linux/magic.h). */
+#define FUSE_SUPER_MAGIC_ 0x65735546
+
+/*
+ * Whether every shard lies on a FUSE file system (s3fs, sshfs, ...): there
+ * the disk gate (-o disk_streams) is off unless the option is given. Such a
+ * client answers each read over the network; more reads in flight help it,
+ * and the gate's sweep in file order is meant for a disk (doc/STAGING.md,
+ * "The disk gate on a network file system").
+ */
+static bool shards_on_fuse(const struct placefs_ckpt *ck)
+{
+	size_t n = placefs_ckpt_shard_count(ck);
+	struct statfs sf;
+
+	for (size_t i = 0; i < n; i++)
+		if (fstatfs(placefs_ckpt_shard(ck, i)->fd, &sf) != 0 ||
+		    (uint32_t)sf.f_type != FUSE_SUPER_MAGIC_)
+			return false;
+	return n > 0;
 }
 
 /* Undoes mountinfo's octal escapes (space is \\040) in place. */
@@ -328,6 +351,7 @@ int main(int argc, char *argv[])
 	size_t ops_size;
 	int ready_fd = -1;
 	int status = PLACEFS_EXIT_ERROR;
+	bool gate_off_fuse = false;
 	int ret;
 
 	memset(&opts, 0, sizeof(opts));
@@ -380,6 +404,10 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "placefs: %s\n", err.msg);
 		status = placefs_error_exit_status(&err);
 		goto out_opts;
+	}
+	if (!opts.disk_streams_given && opts.disk_streams > 0 && shards_on_fuse(ck)) {
+		opts.disk_streams = 0;
+		gate_off_fuse = true;
 	}
 	memset(&po, 0, sizeof(po));
 	po.prefixes = (const char *const *)opts.prefixes;
@@ -472,6 +500,9 @@ int main(int argc, char *argv[])
 	 */
 	log_summary(&m, &opts);
 	placefs_ioctl_log(m.stage);
+	if (gate_off_fuse && placefs_ioctl_plan_line(m.stage)[0])
+		placefs_log(LOG_INFO, "the shards are on a FUSE file system: staging reads are not "
+		                      "held back by the disk gate (-o disk_streams=N sets one)");
 
 	ret = run_loop(se, &opts);
 	if (ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {

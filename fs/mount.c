@@ -344,31 +344,104 @@ void placefs_mount_tune_readahead(struct placefs_mount *m)
 
 /* ---- views and their aux files ---------------------------------------------------- */
 
+static uint64_t ts_ns(struct timespec t)
+{
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Whether descriptors a and b read the same `size` bytes; a that cannot be read counts as same. */
+static bool same_bytes(int a, int b, uint64_t size)
+{
+	char *x = malloc(1 << 20), *y = malloc(1 << 20);
+	bool same = x && y;
+
+	for (uint64_t off = 0; same && off < size; off += 1 << 20) {
+		size_t n = size - off < (1 << 20) ? (size_t)(size - off) : 1 << 20;
+		ssize_t ra = placefs_io_pread_full(a, x, n, off);
+
+		if (ra < 0)
+			break; /* the old file system is gone: size and mtime decide */
+		same = (size_t)ra == n && placefs_io_pread_full(b, y, n, off) == (ssize_t)n &&
+		       memcmp(x, y, n) == 0;
+	}
+	free(x);
+	free(y);
+	return same;
+}
+
+/* placefs_mount_aux_ok()'s look for aux file j on a file system mounted again: 1 taken. */
+static int aux_try_reopen(struct placefs_mount *m, size_t j)
+{
+	struct placefs_aux_file *a = &m->aux[j];
+	const char *dir = placefs_ckpt_dir(m->ckpt);
+	uint64_t now = placefs_clock_ns(), last;
+	struct stat st, fst;
+	int fd, rc = 0;
+
+	last = atomic_load_explicit(&a->reopen_ns, memory_order_relaxed);
+	if ((last && now - last < PLACEFS_SHARD_QUIET_NS) ||
+	    !atomic_compare_exchange_strong(&a->reopen_ns, &last, now))
+		return 0;
+	if (stat(a->path, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_dev == atomic_load(&a->dev) || st.st_size != a->st.st_size ||
+	    ts_ns(st.st_mtim) != ts_ns(a->st.st_mtim))
+		return 0;
+	fd = placefs_ckpt_open_file(m->ckpt, a->path + strlen(dir) + 1,
+	                            O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &fst) == 0 && fst.st_dev == st.st_dev && fst.st_ino == st.st_ino &&
+	    fst.st_size == a->st.st_size && ts_ns(fst.st_mtim) == ts_ns(a->st.st_mtim) &&
+	    fcntl(fd, F_SETFL, 0) == 0 && same_bytes(a->fd, fd, (uint64_t)fst.st_size) &&
+	    dup3(fd, a->fd, O_CLOEXEC) >= 0) {
+		atomic_store(&a->dev, (uint64_t)fst.st_dev);
+		atomic_store(&a->ino, (uint64_t)fst.st_ino);
+		atomic_store(&a->ctime_ns, ts_ns(fst.st_ctim));
+		placefs_log(LOG_NOTICE,
+		            "file %s of the views is back on a file system mounted again (size, "
+		            "modification time and bytes as validated); serving it",
+		            a->path);
+		rc = 1;
+	}
+	close(fd);
+	return rc;
+}
+
+static int aux_check(struct placefs_aux_file *a, const char **why)
+{
+	struct stat fst, st;
+	uint64_t dev = atomic_load(&a->dev), ino = atomic_load(&a->ino);
+
+	if (fstat(a->fd, &fst) != 0) {
+		*why = strerror(errno);
+		return -EIO;
+	}
+	if (fst.st_size < a->st.st_size) {
+		*why = "it shrank";
+		return -EIO;
+	}
+	if (fst.st_size != a->st.st_size || (uint64_t)fst.st_dev != dev ||
+	    (uint64_t)fst.st_ino != ino || ts_ns(fst.st_mtim) != ts_ns(a->st.st_mtim) ||
+	    ts_ns(fst.st_ctim) != atomic_load(&a->ctime_ns)) {
+		*why = "it was changed";
+		return -ESTALE;
+	}
+	if (stat(a->path, &st) != 0 || (uint64_t)st.st_dev != dev || (uint64_t)st.st_ino != ino) {
+		*why = "it was removed or replaced";
+		return -ESTALE;
+	}
+	return 0;
+}
+
 int placefs_mount_aux_ok(struct placefs_mount *m, size_t j)
 {
 	struct placefs_aux_file *a = &m->aux[j];
-	struct stat fst, st;
 	const char *why = NULL;
-	int rc = 0;
+	int rc;
 
-	if (fstat(a->fd, &fst) != 0) {
-		rc = -EIO;
-		why = strerror(errno);
-	} else if (fst.st_size < a->st.st_size) {
-		rc = -EIO;
-		why = "it shrank";
-	} else if (fst.st_size != a->st.st_size || fst.st_dev != a->st.st_dev ||
-	           fst.st_ino != a->st.st_ino || fst.st_mtim.tv_sec != a->st.st_mtim.tv_sec ||
-	           fst.st_mtim.tv_nsec != a->st.st_mtim.tv_nsec ||
-	           fst.st_ctim.tv_sec != a->st.st_ctim.tv_sec ||
-	           fst.st_ctim.tv_nsec != a->st.st_ctim.tv_nsec) {
-		rc = -ESTALE;
-		why = "it was changed";
-	} else if (stat(a->path, &st) != 0 || st.st_dev != a->st.st_dev ||
-	           st.st_ino != a->st.st_ino) {
-		rc = -ESTALE;
-		why = "it was removed or replaced";
-	}
+	rc = aux_check(a, &why);
+	if (rc != 0 && aux_try_reopen(m, j))
+		rc = aux_check(a, &why);
 	if (rc == 0) {
 		atomic_store_explicit(&a->bad, 0, memory_order_relaxed);
 		return 0;
@@ -436,6 +509,10 @@ static int aux_open(struct placefs_mount *m, DIR *d, const char *name, const cha
 	a->fd = fd;
 	a->st = st;
 	atomic_init(&a->bad, 0);
+	atomic_init(&a->dev, (uint64_t)st.st_dev);
+	atomic_init(&a->ino, (uint64_t)st.st_ino);
+	atomic_init(&a->ctime_ns, ts_ns(st.st_ctim));
+	atomic_init(&a->reopen_ns, 0);
 	a->name = strdup(shown);
 	if (asprintf(&a->path, "%s/%s", dir, name) < 0)
 		a->path = NULL;

@@ -88,6 +88,9 @@ struct placefs_aux_file {
 	struct stat st; /* as validated at mount: its size is the file's in the views */
 	atomic_int bad; /* 1 once a check failed (logged once) */
 	struct placefs_perm perm; /* who may read it, as at mount (its own owner, mode, ACL) */
+	/* The file the descriptor holds now: st's, or the same file after a remount. */
+	atomic_uint_fast64_t dev, ino, ctime_ns;
+	atomic_uint_fast64_t reopen_ns; /* CLOCK_MONOTONIC of the last look for a remount */
 };
 
 struct placefs_shard_health; /* per shard, private to fs/mount.c */
@@ -198,7 +201,11 @@ int placefs_mount_shard_ok(struct placefs_mount *m, uint32_t i);
  * Verifies aux file j as shards are verified (fstat of its descriptor, stat
  * of its path: device, inode, size, mtime and ctime as validated; an aux
  * file has no header to compare, so any change counts). Returns 0, -EIO
- * (it shrank) or -ESTALE; the first failure is logged.
+ * (it shrank) or -ESTALE; the first failure is logged. After a failure, at
+ * most once a second, a file at its path on another file system (the
+ * source's file system mounted again) with the size and mtime validated and
+ * the same bytes (where the old descriptor still reads) is taken in its
+ * place, as placefs_ckpt_shard_reopen() takes a shard.
  */
 int placefs_mount_aux_ok(struct placefs_mount *m, size_t j);
 

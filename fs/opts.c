@@ -603,6 +603,7 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	    (rc = parse_count(ctx.push_threads, "push_threads", 0, PLACEFS_PUSH_THREADS_MAX,
 	                      &o->push_threads, err)) < 0)
 		goto out;
+	o->disk_streams_given = ctx.disk_streams != NULL;
 	if (ctx.disk_streams &&
 	    (rc = parse_count(ctx.disk_streams, "disk_streams", 0, PLACEFS_GATE_STREAMS_MAX,
 	                      &o->disk_streams, err)) < 0)
@@ -750,8 +751,9 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o push_threads=N      threads that fill the page cache ahead of a reader\n"
 	        "                           that starts a tensor at byte 0 (default: %d = off)\n"
 	        "    -o disk_streams=N      staging threads reading from the disk at once, for\n"
-	        "                           bytes not in the page cache (default: %d; 0 = no\n"
-	        "                           limit); page-cache reads are never held back\n"
+	        "                           bytes not in the page cache (default: %d, 0 for\n"
+	        "                           shards on a FUSE file system; 0 = no limit);\n"
+	        "                           page-cache reads are never held back\n"
 	        "    -o max_threads=N       worker threads (default: %d, at most %d)\n"
 	        "    -o max_background=N    readahead requests in flight, all readers together\n"
 	        "                           (default: %d; the kernel caps it for non-root\n"

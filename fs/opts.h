@@ -100,6 +100,8 @@ struct placefs_opts {
 	int direct_copy;      /* -o direct_copy=: 0 not given (the stager default), 1 on, -1 off */
 	unsigned push_threads; /* -o push_threads=, PLACEFS_PUSH_THREADS unless given; 0 = off */
 	unsigned disk_streams; /* -o disk_streams=; 0 = no gate */
+	/* -o disk_streams= was given; else 0 for shards on a FUSE file system (fs/main.c) */
+	int disk_streams_given;
 	enum placefs_read_mode read_mode;
 	uint64_t readahead;      /* bytes; 0 = leave the kernel's default */
 	unsigned max_background; /* -o max_background=, PLACEFS_MAX_BACKGROUND unless given */

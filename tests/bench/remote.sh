@@ -1,0 +1,235 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# A cold one-shot load over s3fs: the checkpoint in a bucket of s3rver (an
+# S3-compatible server from the npm registry, installed into build/s3rver as
+# scripts/test's remote layer does) on 127.0.0.1, read through s3fs mounted
+# as README.md's fstab line mounts it (ro,stat_cache_expire=1, no local cache
+# directory: s3fs's default use_cache=""). In one run, rows in turn, each on
+# a fresh s3fs mount with the page cache dropped first (echo 3 >
+# /proc/sys/vm/drop_caches; s3fs keeps what it fetched for an object only
+# while a descriptor of it is open, so a fresh mount fetches everything
+# again):
+#   - cat: every shard file of the s3fs mount to /dev/null, one after another;
+#   - reader: every shard read straight from the s3fs mount by
+#     safetensors.torch.load_file where that imports, else by the package's
+#     stdlib reader (placefs.safetensors.read: one read() of the file, each
+#     tensor's bytes cut from it), timed in the process once it is imported;
+#   - placefs load: from the placefs command that mounts the s3fs mount to
+#     the return of placefs.load_state_dict(mnt, device="cpu") (every tensor
+#     in host memory, staged through a host ring; torch tensors where torch
+#     imports, else PlacedTensor copies), timed in the process, torch and the
+#     package imported before;
+#   - placefs-stage: from the mount to the end of placefs-stage --all --mode
+#     copy (the C client, the same ring).
+# Each placefs row is repeated per -o disk_streams value of --streams
+# (default "-": the daemon's default, which leaves the gate off for shards on
+# FUSE). GB/s is the tensor bytes (placefs rows) or the shard files' bytes
+# (cat, reader) over the wall time; every round prints each row with its
+# ratio to cat of the same round and the machine's CPU over it (busy share,
+# CPU-seconds per GB: what the server, s3fs, placefs and the reader took);
+# the summary gives each row's median.
+# Needs root (drop_caches), s3fs, node and npm (or build/s3rver already).
+#
+#   tests/bench/remote.sh [--llama L:H:I:V] [--shards N] [--rounds N] [--streams "N ..."]
+#
+# Results: stdout and ${OUT:-/tmp}/remote.txt.
+. "$(dirname "$0")/common.sh"
+llama=3:2048:5504:8192
+shards=4
+rounds=3
+streams=-
+while [ $# -gt 0 ]; do
+	case $1 in
+	--llama) llama=$2; shift ;;
+	--shards) shards=$2; shift ;;
+	--rounds) rounds=$2; shift ;;
+	--streams) streams=$2; shift ;;
+	*) echo "usage: $0 [--llama L:H:I:V] [--shards N] [--rounds N] [--streams \"N ...\"]" >&2; exit 2 ;;
+	esac
+	shift
+done
+[ "$(id -u)" -eq 0 ] || { echo "remote: needs root to drop the page cache" >&2; exit 77; }
+command -v s3fs >/dev/null 2>&1 || { echo "remote: s3fs is not installed (apt-get install s3fs)" >&2; exit 2; }
+. "$top/scripts/deps.sh"
+S3RVER_DIR=${PLACEFS_S3RVER_DIR:-$top/build/s3rver}
+placefs_s3rver "$S3RVER_DIR" || exit 2
+S3RVER=$S3RVER_DIR/node_modules/.bin/s3rver
+# A python3 with torch (the loader's torch results and load_file), else python3.
+PY=python3
+for p in python3 /usr/bin/python3; do
+	if "$p" -c 'import torch' >/dev/null 2>&1; then PY=$p; break; fi
+done
+res=${OUT:-/tmp}/remote.txt
+: >"$res"
+say() {
+	printf '%s\n' "$*" | tee -a "$res"
+}
+cold() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+}
+
+bench_work=$(mktemp -d /var/tmp/placefs-remote.XXXXXX)
+W=$bench_work/w
+R=$bench_work/r
+mnt=$bench_work/mnt
+s3pid=
+remote_cleanup() {
+	for m in $mnt $R $W; do
+		grep -qs " $m fuse" /proc/self/mounts && { fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m"; }
+	done
+	[ -z "$s3pid" ] || { kill "$s3pid" 2>/dev/null; wait "$s3pid" 2>/dev/null; }
+	rm -rf "$bench_work"
+}
+trap remote_cleanup EXIT INT TERM
+
+"$MKCKPT" --quiet --llama "$llama" --shards "$shards" --index "$bench_work/ckpt"
+printf 'S3RVER:S3RVER\n' >"$bench_work/passwd"
+chmod 600 "$bench_work/passwd"
+"$S3RVER" -d "$bench_work/s3data" -a 127.0.0.1 -p 0 --configure-bucket ckpt -s >"$bench_work/s3rver.log" 2>&1 &
+s3pid=$!
+i=0
+until grep -q 'listening on' "$bench_work/s3rver.log"; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || { echo "remote: s3rver did not start" >&2; cat "$bench_work/s3rver.log" >&2; exit 1; }
+	sleep 0.05
+done
+port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$bench_work/s3rver.log")
+s3mount() { # MNT [OPTIONS]
+	mkdir -p "$1"
+	s3fs ckpt "$1" -o "passwd_file=$bench_work/passwd,url=http://127.0.0.1:$port,use_path_request_style${2:+,$2}"
+	i=0
+	until grep -qs " $1 fuse.s3fs" /proc/self/mounts && ls "$1" >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || { echo "remote: s3fs did not mount on $1" >&2; exit 1; }
+		sleep 0.05
+	done
+}
+s3mount "$W"
+cp "$bench_work/ckpt"/* "$W"/
+fusermount3 -u "$W"
+set -- "$bench_work/ckpt"/*.safetensors
+files=$(for f in "$@"; do basename "$f"; done)
+total=$(bench_bytes remote "$bench_work/ckpt" "$@")
+tensor_bytes=$("$PLAN" --json "$bench_work/ckpt" | python3 -c 'import json, sys; print(sum(t["nbytes"] for t in json.load(sys.stdin)["tensors"]))')
+say "remote bench: $(nproc) cpus, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo), $(uname -r)," \
+	"s3rver $("$S3RVER" --version) (node $(node --version)) and $(s3fs --version 2>&1 | head -n 1 | sed 's/ (commit.*//') on 127.0.0.1"
+say "checkpoint: --llama $llama, $shards shards, $total bytes in the shard files, $tensor_bytes tensor bytes; rounds $rounds"
+ROPTS=ro,stat_cache_expire=1
+
+# row NAME BYTES CMD...: on a fresh s3fs mount of the bucket at $R, cold; prints "NAME: G GB/s".
+row() {
+	name=$1 bytes=$2
+	shift 2
+	s3mount "$R" "$ROPTS"
+	cold
+	c0=$(cpu_ticks)
+	t0=$(now_ns)
+	"$@" >"$bench_work/row.out" 2>&1 || { cat "$bench_work/row.out" >&2; echo "remote: $name failed" >&2; exit 1; }
+	t1=$(now_ns)
+	# A command that times itself (past its interpreter's start) says so: "elapsed_ns=N".
+	e=$(sed -n 's/^elapsed_ns=//p' "$bench_work/row.out")
+	[ -z "$e" ] || t1=$((t0 + e))
+	e=$(sed -n 's/^cpu_at_start=//p' "$bench_work/row.out")
+	[ -z "$e" ] || c0=$e
+	c1=$(cpu_ticks)
+	# The machine's CPU over the row (every process: the server, s3fs, placefs, the reader).
+	python3 -c "
+b0, a0 = map(int, '$c0'.split()); b1, a1 = map(int, '$c1'.split()); hz = $(getconf CLK_TCK)
+print('cpu %.0f%% busy, %.2f CPU-s per GB' % (100 * (b1 - b0) / max(1, a1 - a0), (b1 - b0) / hz / ($bytes / 1e9)))" \
+		>"$bench_work/row.cpu"
+	grep -qs " $mnt fuse" /proc/self/mounts && fusermount3 -u "$mnt"
+	# The daemon closes its shards as it exits: s3fs is busy until then.
+	i=0
+	until fusermount3 -u "$R" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -lt 100 ] || { echo "remote: cannot unmount $R" >&2; exit 1; }
+		sleep 0.05
+	done
+	python3 -c "print('%.3f' % ($bytes / (($t1 - $t0) / 1e9) / 1e9))"
+}
+# cpu_ticks: busy and all ticks of every CPU so far (/proc/stat's cpu line).
+cpu_ticks() {
+	awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
+cat_all() {
+	for f in $files; do cat "$R/$f"; done >/dev/null
+}
+reader() {
+	PYTHONPATH="$top/python" "$PY" - "$R" $files <<'EOF'
+import os, sys, time
+d = sys.argv[1]
+try:
+    from safetensors.torch import load_file as read
+    how = "safetensors.torch.load_file"
+except ImportError:
+    from placefs.safetensors import read
+    how = "placefs.safetensors.read"
+with open("/proc/stat") as f:
+    v = [int(x) for x in f.readline().split()[1:9]]
+print("cpu_at_start=%d %d" % (v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v)))
+t0 = time.perf_counter_ns()
+for f in sys.argv[2:]:
+    read(os.path.join(d, f))
+print(how)
+print("elapsed_ns=%d" % (time.perf_counter_ns() - t0))
+EOF
+}
+placefs_load() {
+	# $1: the placefs options. Timed from the mount command, torch and the package imported first.
+	PYTHONPATH="$top/python" "$PY" -W ignore::RuntimeWarning - "$PLACEFS" "$1" "$R" "$mnt" <<'EOF'
+import subprocess, sys, time
+import placefs
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
+placefs_bin, opts, src, mnt = sys.argv[1:5]
+with open("/proc/stat") as f:
+    v = [int(x) for x in f.readline().split()[1:9]]
+print("cpu_at_start=%d %d" % (v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v)))
+t0 = time.perf_counter_ns()
+subprocess.run([placefs_bin, "-o", opts, src, mnt], check=True)
+sd = placefs.load_state_dict(mnt, device="cpu")
+print("elapsed_ns=%d" % (time.perf_counter_ns() - t0))
+EOF
+}
+placefs_stage() {
+	"$PLACEFS" -o "$1" "$R" "$mnt" && "$PLACEFS_STAGE" --all "$mnt" --mode copy -q
+}
+
+mkdir -p "$mnt"
+rows=
+for r in $(seq 1 "$rounds"); do
+	c=$(row cat "$total" cat_all) || exit 1
+	say "round $r: cat of the shard files: $c GB/s; $(cat "$bench_work/row.cpu")"
+	g=$(row reader "$total" reader) || exit 1
+	say "round $r: reader on the s3fs mount ($(grep -v = "$bench_work/row.out" | head -n 1)): $g GB/s ($(ratio "$g" "$c") x cat); $(cat "$bench_work/row.cpu")"
+	rows="${rows}cat $c
+reader $g
+"
+	for ds in $streams; do
+		opts=device=host
+		lab=
+		[ "$ds" = - ] || { opts="$opts,disk_streams=$ds"; lab=" disk_streams=$ds"; }
+		l=$(row load "$tensor_bytes" placefs_load "$opts") || exit 1
+		say "round $r: placefs load_state_dict(device=cpu)$lab: $l GB/s ($(ratio "$l" "$c") x cat); $(cat "$bench_work/row.cpu")"
+		s=$(row stage "$tensor_bytes" placefs_stage "$opts") || exit 1
+		say "round $r: placefs-stage --all --mode copy$lab: $s GB/s ($(ratio "$s" "$c") x cat); $(cat "$bench_work/row.cpu")"
+		rows="${rows}load$lab $l
+stage$lab $s
+"
+	done
+done
+say "median over $rounds rounds (GB/s, and x the median of cat):"
+printf '%s' "$rows" | python3 -c '
+import statistics, sys
+by = {}
+for line in sys.stdin:
+    name, g = line.rsplit(" ", 1)
+    by.setdefault(name, []).append(float(g))
+cat = statistics.median(by["cat"])
+for name, v in by.items():
+    m = statistics.median(v)
+    print("  %-28s %.3f  %.2f x cat  (%s)" % (name, m, m / cat, " ".join("%.3f" % x for x in v)))
+' | tee -a "$res"
