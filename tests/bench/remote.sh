@@ -26,7 +26,8 @@
 # FUSE). GB/s is the tensor bytes (placefs rows) or the shard files' bytes
 # (cat, reader) over the wall time; every round prints each row with its
 # ratio to cat of the same round and the machine's CPU over it (busy share,
-# CPU-seconds per GB: what the server, s3fs, placefs and the reader took);
+# CPU-seconds per GB: what the server, s3fs, placefs and the reader took, and
+# the server's own CPU-seconds);
 # the summary gives each row's median.
 # Needs root (drop_caches), s3fs, node and npm (or build/s3rver already).
 #
@@ -124,6 +125,7 @@ row() {
 	s3mount "$R" "$ROPTS"
 	cold
 	c0=$(cpu_ticks)
+	v0=$(proc_ticks "$s3pid")
 	t0=$(now_ns)
 	"$@" >"$bench_work/row.out" 2>&1 || { cat "$bench_work/row.out" >&2; echo "remote: $name failed" >&2; exit 1; }
 	t1=$(now_ns)
@@ -133,11 +135,13 @@ row() {
 	e=$(sed -n 's/^cpu_at_start=//p' "$bench_work/row.out")
 	[ -z "$e" ] || c0=$e
 	c1=$(cpu_ticks)
-	# The machine's CPU over the row (every process: the server, s3fs, placefs, the reader).
+	v1=$(proc_ticks "$s3pid")
+	# The machine's CPU over the row (every process: the server, s3fs, placefs, the
+	# reader), and the server's own.
 	python3 -c "
 b0, a0 = map(int, '$c0'.split()); b1, a1 = map(int, '$c1'.split()); hz = $(getconf CLK_TCK)
-print('cpu %.0f%% busy, %.2f CPU-s per GB' % (100 * (b1 - b0) / max(1, a1 - a0), (b1 - b0) / hz / ($bytes / 1e9)))" \
-		>"$bench_work/row.cpu"
+print('cpu %.0f%% busy, %.2f CPU-s per GB, s3rver %.2f CPU-s' % (100 * (b1 - b0) / max(1, a1 - a0),
+      (b1 - b0) / hz / ($bytes / 1e9), ($v1 - $v0) / hz))" >"$bench_work/row.cpu"
 	grep -qs " $mnt fuse" /proc/self/mounts && fusermount3 -u "$mnt"
 	# The daemon closes its shards as it exits: s3fs is busy until then.
 	i=0
@@ -147,6 +151,10 @@ print('cpu %.0f%% busy, %.2f CPU-s per GB' % (100 * (b1 - b0) / max(1, a1 - a0),
 		sleep 0.05
 	done
 	python3 -c "print('%.3f' % ($bytes / (($t1 - $t0) / 1e9) / 1e9))"
+}
+# proc_ticks PID: the user and system ticks of process PID so far.
+proc_ticks() {
+	awk '{ print $14 + $15 }' "/proc/$1/stat"
 }
 # cpu_ticks: busy and all ticks of every CPU so far (/proc/stat's cpu line).
 cpu_ticks() {
