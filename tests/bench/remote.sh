@@ -76,6 +76,7 @@ R=$bench_work/r
 mnt=$bench_work/mnt
 s3pid=
 remote_cleanup() {
+	set +e
 	for m in $mnt $R $W; do
 		grep -qs " $m fuse" /proc/self/mounts && { fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m"; }
 	done
