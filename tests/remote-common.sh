@@ -182,3 +182,21 @@ EOF
 		fail "the Python loader on $mnt"
 	tmo 60 "$PYTHON" "$CHECK" views "$mnt" "$src" || fail "the views of $mnt"
 }
+# now_ms: the wall clock in milliseconds; since T: seconds from now_ms T to now.
+now_ms() {
+	echo $(($(date +%s%N) / 1000000))
+}
+since() {
+	awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'
+}
+# flipped FILE: $TMP/flipped, a copy of FILE with every 4096th payload byte flipped, header kept.
+flipped() {
+	"$PYTHON" - "$1" "$TMP/flipped" <<'EOF'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+for i in range(8 + n, len(b), 4096):
+    b[i] ^= 0xFF
+open(sys.argv[2], "wb").write(b)
+EOF
+}

@@ -82,23 +82,6 @@ s3mount() {
 	remote_mount_fuse "$1" "$2" s3fs ckpt "$2" -f -o \
 		"passwd_file=$TMP/s3.passwd,url=http://127.0.0.1:$S3_PORT,use_path_request_style${3:+,$3}"
 }
-now_ms() {
-	echo $(($(date +%s%N) / 1000000))
-}
-since() {
-	awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'
-}
-# flipped FILE: $TMP/flipped, a copy of FILE with every 4096th payload byte flipped, header kept.
-flipped() {
-	"$PYTHON" - "$1" "$TMP/flipped" <<'EOF'
-import struct, sys
-b = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-for i in range(8 + n, len(b), 4096):
-    b[i] ^= 0xFF
-open(sys.argv[2], "wb").write(b)
-EOF
-}
 
 s3_start
 note "s3rver $v (node $(node --version)) on 127.0.0.1:$S3_PORT; $(s3fs --version 2>&1 | head -n 1)"

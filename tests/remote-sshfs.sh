@@ -83,12 +83,6 @@ sshd_start() {
 	REMOTE_SERVERS="$REMOTE_SERVERS $SSHD_PID"
 	wait_for 10 port_open || fail "sshd does not listen on port $PORT: $(cat "$TMP/sshd.log")"
 }
-now_ms() {
-	echo $(($(date +%s%N) / 1000000))
-}
-since() {
-	awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'
-}
 SSH_OPTS="IdentityFile=$TMP/ssh/id_ed25519,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null"
 SSH_OPTS="$SSH_OPTS,BatchMode=yes,LogLevel=ERROR"
 SOPTS=ro,reconnect,ServerAliveInterval=2,ServerAliveCountMax=2,dir_cache=no
@@ -96,17 +90,6 @@ SOPTS=ro,reconnect,ServerAliveInterval=2,ServerAliveCountMax=2,dir_cache=no
 sshmount() {
 	remote_mount_fuse "$1" "$2" sshfs -f -p "$PORT" -o "$SSH_OPTS${3:+,$3}" \
 		"$USER_NAME@127.0.0.1:$SERVED" "$2"
-}
-# flipped FILE: $TMP/flipped, FILE with every 4096th payload byte flipped, header kept.
-flipped() {
-	"$PYTHON" - "$1" "$TMP/flipped" <<'EOF'
-import struct, sys
-b = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-for i in range(8 + n, len(b), 4096):
-    b[i] ^= 0xFF
-open(sys.argv[2], "wb").write(b)
-EOF
 }
 
 sshd_start
