@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,7 @@
  *
  * Every byte is reserved at creation: the ring with posix_fallocate() (a
  * sparse tmpfs object would raise SIGBUS at the first page that /dev/shm
- * cannot supply), the bounce chunks by writing them once.
+ * cannot supply), on a thread while the bounce chunks are written once.
  */
 
 #define SHM_DIR "/dev/shm"
@@ -117,23 +119,48 @@ static int reserve_fail(const char *name, uint64_t bytes, int rc, struct placefs
 	                         (unsigned long long)avail, have, all, strerror(-rc));
 }
 
+struct reserve {
+	pthread_t th;
+	int fd;
+	uint64_t bytes;
+	int rc; /* posix_fallocate()'s: 0 or an errno */
+};
+
+static void *reserve_main(void *arg)
+{
+	struct reserve *r = arg;
+
+	do
+		r->rc = posix_fallocate(r->fd, 0, (off_t)r->bytes);
+	while (r->rc == EINTR);
+	return NULL;
+}
+
 /*
  * Allocates every page of the ring's object now: refused at once when
  * /dev/shm has less free space than that, else posix_fallocate() (which
- * also catches a /dev/shm filled meanwhile).
+ * also catches a /dev/shm filled meanwhile), on a thread of its own while
+ * this one touches the bounce buffers (bounce_bytes at bounce), which it
+ * does in every case. Both are page allocation and zeroing; side by side
+ * they take the longer of the two, not the sum.
  */
-static int ring_reserve(int fd, const char *name, uint64_t bytes, struct placefs_error *err)
+static int ring_reserve(int fd, const char *name, uint64_t bytes, uint8_t *bounce,
+                        uint64_t bounce_bytes, struct placefs_error *err)
 {
+	struct reserve r = {.fd = fd, .bytes = bytes};
 	uint64_t total;
-	int rc;
+	bool threaded;
 
 	if (shm_free_bytes(&total) < bytes)
 		return reserve_fail(name, bytes, -ENOSPC, err);
-	do
-		rc = posix_fallocate(fd, 0, (off_t)bytes);
-	while (rc == EINTR);
-	if (rc != 0)
-		return reserve_fail(name, bytes, -rc, err);
+	threaded = pthread_create(&r.th, NULL, reserve_main, &r) == 0;
+	memset(bounce, 0, bounce_bytes);
+	if (threaded)
+		pthread_join(r.th, NULL);
+	else
+		reserve_main(&r);
+	if (r.rc != 0)
+		return reserve_fail(name, bytes, -r.rc, err);
 	return 0;
 }
 
@@ -163,27 +190,28 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       strerror(errno));
 		goto fail_size;
 	}
-	rc = ring_reserve(fd, hp->name, ring_bytes, err);
-	if (rc != 0)
-		goto fail_size;
-	hp->ring = mmap(NULL, (size_t)ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (hp->ring == MAP_FAILED) {
-		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
-		                       "host: cannot map the %llu-byte ring \"%s\": %s",
-		                       (unsigned long long)ring_bytes, hp->name, strerror(errno));
-		goto fail_size;
-	}
-	hp->fd = fd;
-
 	be->host_buf = aligned_alloc(4096, be->info.host_buffer_bytes);
 	if (!be->host_buf) {
 		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM,
 		                       "host: cannot allocate %llu bytes of bounce buffers",
 		                       (unsigned long long)be->info.host_buffer_bytes);
+		goto fail_size;
+	}
+	/*
+	 * Every ring page allocated and the bounce buffers touched once: the
+	 * pages are the process's from now on, not at the first stage.
+	 */
+	rc = ring_reserve(fd, hp->name, ring_bytes, be->host_buf, be->info.host_buffer_bytes, err);
+	if (rc != 0)
+		goto fail_buf;
+	hp->ring = mmap(NULL, (size_t)ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (hp->ring == MAP_FAILED) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "host: cannot map the %llu-byte ring \"%s\": %s",
+		                       (unsigned long long)ring_bytes, hp->name, strerror(errno));
 		goto fail_buf;
 	}
-	/* Touched once: the pages are the process's from now on, not at the first stage. */
-	memset(be->host_buf, 0, be->info.host_buffer_bytes);
+	hp->fd = fd;
 
 	be->priv = hp;
 	be->info.handle_kind = PLACEFS_IOC_HANDLE_HOST_SHM;
@@ -193,7 +221,8 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 	return 0;
 
 fail_buf:
-	munmap(hp->ring, (size_t)ring_bytes);
+	free(be->host_buf);
+	be->host_buf = NULL;
 fail_size:
 	shm_unlink(hp->name);
 	close(fd);
