@@ -609,8 +609,9 @@ END_TEST
 /*
  * The plan in columns: each shard and dtype once in its table, in the order
  * the entries first name them; "filename" only where the name was encoded;
- * one placement character per entry; the same header and totals as the
- * JSON plan; appending keeps what was there.
+ * one placement character per entry; each entry's offset in its placement's
+ * packed layout; the same header and totals as the JSON plan; appending
+ * keeps what was there.
  */
 START_TEST(test_columns_exact)
 {
@@ -637,7 +638,8 @@ START_TEST(test_columns_exact)
 	        "\"filename\": {\"2\": \"big%2Fx\", \"3\": \"%2Ee\"}, \"file\": [0, 1, 0, 1], "
 	        "\"dtype\": [0, 1, 0, 2], \"shape\": [[2, 3], [], [100], [100]], "
 	        "\"nbytes\": [24, 2, 400, 100], \"offset\": [80, 72, 104, 74], "
-	        "\"placement\": \"ggcg\", \"totals\": {\"gpu\": {\"count\": 3, \"bytes\": 126}, "
+	        "\"packed\": [0, 256, 0, 258], \"placement\": \"ggcg\", \"totals\": {\"gpu\": "
+	        "{\"count\": 3, \"bytes\": 126}, "
 	        "\"cpu\": {\"count\": 1, \"bytes\": 400}}}\n");
 	/*
 	 * In chunks of 3: a header line, then entries [0, 3) and [3, 4), each
@@ -654,11 +656,12 @@ START_TEST(test_columns_exact)
 	        "\"name\": [\"w.0\", \"s\\\"q\\\\\", \"big/x\"], \"filename\": {\"2\": "
 	        "\"big%2Fx\"}, "
 	        "\"file\": [0, 1, 0], \"dtype\": [0, 1, 0], \"shape\": [[2, 3], [], [100]], "
-	        "\"nbytes\": [24, 2, 400], \"offset\": [80, 72, 104], \"placement\": \"ggc\"}\n"
+	        "\"nbytes\": [24, 2, 400], \"offset\": [80, 72, 104], \"packed\": [0, 256, 0], "
+	        "\"placement\": \"ggc\"}\n"
 	        "{\"first\": 3, \"count\": 1, \"files\": [\"model-00001-of-00002.safetensors\"], "
 	        "\"dtypes\": [\"U8\"], \"name\": [\".e\"], \"filename\": {\"0\": \"%2Ee\"}, "
 	        "\"file\": [0], \"dtype\": [0], \"shape\": [[100]], \"nbytes\": [100], "
-	        "\"offset\": [74], \"placement\": \"g\"}\n");
+	        "\"offset\": [74], \"packed\": [258], \"placement\": \"g\"}\n");
 	/* One chunk of all, or more room than entries: the same single line. */
 	placefs_strbuf_reset(&sb);
 	ck_assert_int_eq(placefs_plan_format_column_chunks(p, 4, &sb), 0);
@@ -674,14 +677,15 @@ START_TEST(test_columns_exact)
 	placefs_strbuf_reset(&sb);
 	p = plan_ok(t, 1, NULL, 0, 0, 0);
 	ck_assert_int_eq(placefs_plan_format_columns(p, NULL, &sb), 0);
-	ck_assert_str_eq(placefs_strbuf_cstr(&sb),
-	                 "{\"source\": null, \"buffer_size\": null, \"ring_bytes\": 4096, "
-	                 "\"version\": 1, \"count\": 1, \"files\": "
-	                 "[\"model-00002-of-00002.safetensors\"], \"dtypes\": [\"F32\"], "
-	                 "\"name\": [\"w.0\"], \"filename\": {}, \"file\": [0], \"dtype\": [0], "
-	                 "\"shape\": [[2, 3]], \"nbytes\": [24], \"offset\": [80], "
-	                 "\"placement\": \"g\", \"totals\": {\"gpu\": {\"count\": 1, "
-	                 "\"bytes\": 24}, \"cpu\": {\"count\": 0, \"bytes\": 0}}}\n");
+	ck_assert_str_eq(
+	        placefs_strbuf_cstr(&sb),
+	        "{\"source\": null, \"buffer_size\": null, \"ring_bytes\": 4096, "
+	        "\"version\": 1, \"count\": 1, \"files\": "
+	        "[\"model-00002-of-00002.safetensors\"], \"dtypes\": [\"F32\"], "
+	        "\"name\": [\"w.0\"], \"filename\": {}, \"file\": [0], \"dtype\": [0], "
+	        "\"shape\": [[2, 3]], \"nbytes\": [24], \"offset\": [80], \"packed\": [0], "
+	        "\"placement\": \"g\", \"totals\": {\"gpu\": {\"count\": 1, "
+	        "\"bytes\": 24}, \"cpu\": {\"count\": 0, \"bytes\": 0}}}\n");
 	placefs_plan_free(p);
 	placefs_strbuf_release(&sb);
 }

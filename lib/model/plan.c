@@ -668,7 +668,7 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
 }
 
 /* The columns of one kind of integer, from a plan entry. */
-enum column { COL_FILE, COL_DTYPE, COL_NBYTES, COL_OFFSET };
+enum column { COL_FILE, COL_DTYPE, COL_NBYTES, COL_OFFSET, COL_PACKED };
 
 /* Entries [lo, hi) of a plan: what one columns object holds. */
 struct span {
@@ -689,7 +689,8 @@ static int add_u64_column(const struct placefs_plan *plan, struct span sp, const
 		uint64_t v = c == COL_FILE     ? pos[ts->shard]
 		             : c == COL_DTYPE  ? pos[ts->dtype]
 		             : c == COL_NBYTES ? ts->nbytes
-		                               : ts->offset;
+		             : c == COL_OFFSET ? ts->offset
+		                               : plan->entries[i].packed;
 
 		rc = placefs_strbuf_add_u64(sb, i > sp.lo ? ", " : "", v);
 	}
@@ -795,6 +796,8 @@ static int add_columns(const struct placefs_plan *plan, struct span sp, uint32_t
 		rc = add_u64_column(plan, sp, "nbytes", COL_NBYTES, NULL, sb);
 	if (!rc)
 		rc = add_u64_column(plan, sp, "offset", COL_OFFSET, NULL, sb);
+	if (!rc)
+		rc = add_u64_column(plan, sp, "packed", COL_PACKED, NULL, sb);
 	if (!rc)
 		rc = placefs_strbuf_adds(sb, ", \"placement\": \"");
 	for (size_t i = sp.lo; rc == 0 && i < sp.hi; i++)

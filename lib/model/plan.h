@@ -159,13 +159,15 @@ int placefs_plan_format_json(const struct placefs_plan *plan, const char *source
  *  "count": N, "files": [S, ...], "dtypes": [S, ...], "name": [S, ...],
  *  "filename": {"I": S, ...}, "file": [N, ...], "dtype": [N, ...],
  *  "shape": [[N, ...], ...], "nbytes": [N, ...], "offset": [N, ...],
- *  "placement": "gc...", "totals": {as above}}
+ *  "packed": [N, ...], "placement": "gc...", "totals": {as above}}
  * Every array has `count` items, entry i of each the plan's entry i (the
  * order of format_json's "tensors"). "file" and "dtype" are positions in
  * "files" (shards, in the order the entries first name them) and "dtypes".
  * "filename" holds only the entries whose file name in the mount differs
  * from the tensor's name (lib/common/name.h encoded it), keyed by the entry's
- * index in decimal. "placement" has one character per entry: 'g' or 'c'.
+ * index in decimal. "packed" is the entry's offset in its placement's packed
+ * layout (the entry's `packed` above: what PLACEFS_IOC_BATCH_RANGES writes
+ * at). "placement" has one character per entry: 'g' or 'c'.
  * The mount's .placefs/columns.json uses this. Returns 0 or -ENOMEM with
  * sb as it was.
  */
@@ -178,7 +180,7 @@ int placefs_plan_format_columns(const struct placefs_plan *plan, const char *sou
  * holding entries [k * C, min((k + 1) * C, N)):
  * {"first": k * C, "count": n, "files": ..., "dtypes": ..., "name": ...,
  *  "filename": {...}, "file": ..., "dtype": ..., "shape": ...,
- *  "nbytes": ..., "offset": ..., "placement": "gc..."}
+ *  "nbytes": ..., "offset": ..., "packed": ..., "placement": "gc..."}
  * Each chunk's members are format_columns' members of those entries, with
  * tables ("files", "dtypes") of its own and "filename" keyed by the entry's
  * position in the chunk. The mount's .placefs/columns.jsonl uses this with

@@ -299,6 +299,7 @@ BATCH_BELOW = 8 << 20
 
 # Fields read once per tensor of a load (tens of thousands): C-level getters.
 _NAME = attrgetter("name")
+_INDEX = attrgetter("index")
 _NBYTES = attrgetter("nbytes")
 _PLACEMENT = attrgetter("placement")
 _SOURCE_OFFSET = attrgetter("source", "offset")
@@ -348,6 +349,19 @@ def _layout(tensors, align):
         return starts, end
     where = dict(zip(map(id, order), starts))
     return list(map(where.__getitem__, map(id, tensors))), end
+
+
+def _packed_offsets(mount, tensors, total):
+    """(offsets, total) of tensors in their placement's packed layout, from the
+    plan's "packed" column, when they all lie inside total bytes; (None, None)
+    where the plan has no such column or the column says otherwise."""
+    packed = mount._read_plan().packed
+    if packed is None:
+        return None, None
+    offs = list(map(packed.__getitem__, map(_INDEX, tensors)))
+    if offs and max(map(operator.add, offs, map(_NBYTES, tensors))) > total:
+        return None, None
+    return offs, total
 
 
 def _chunks(items, workers):
@@ -826,7 +840,11 @@ class _Loader:
 
     def _gpu_copy_early(self, tensors, early):
         """The requests of _Early are in flight: views meanwhile, then their results."""
-        offs, total = _layout(tensors, PACK_ALIGN)
+        # The daemon's own packed offsets (columns.json) are where the plan
+        # ranges put the bytes; computed here only from a daemon without them.
+        offs, total = _packed_offsets(self.mount, tensors, early.packed)
+        if offs is None:
+            offs, total = _layout(tensors, PACK_ALIGN)
         if total != early.packed or len(tensors) != early.count:
             # The plan is not what layout.json said; start again the usual way.
             early.finish()

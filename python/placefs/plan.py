@@ -97,6 +97,18 @@ def _read_json(path):
         raise ValueError("%s: not valid JSON: %s" % (path, e)) from None
 
 
+def _packed_column(c, path, n):
+    """columns.json's "packed" list (each entry's offset in its placement's packed
+    layout, lib/model/plan.h), checked at C speed; None where the daemon writes none."""
+    packed = c.get("packed")
+    if packed is None:
+        return None
+    if not isinstance(packed, list) or len(packed) != n or \
+            (n and (set(map(type, packed)) != {int} or min(packed) < 0)):
+        raise ValueError(path + ": \"packed\" must hold \"count\" integers >= 0")
+    return packed
+
+
 def _from_columns(c, path, d, first=None):
     """TensorInfo list of columns.json's object c (checked as a whole, not per field).
 
@@ -380,8 +392,10 @@ class Plan:
 
     `source`, `buffer_size` and `ring_bytes` are the plan's members of those
     names (None when absent); `tensors` the TensorInfo list in checkpoint
-    order; `by_name` the same keyed by tensor name; `data` the whole
-    plan.json object (read when first asked for).
+    order; `by_name` the same keyed by tensor name; `packed` each tensor's
+    offset in its placement's packed layout, in plan order (None from a
+    daemon whose columns.json has no "packed"); `data` the whole plan.json
+    object (read when first asked for).
     """
 
     def __init__(self, mountpoint):
@@ -397,10 +411,12 @@ class Plan:
         cpath = os.path.join(mountpoint, ".placefs", "columns.json")
         self._data = None
         top = _read_json(cpath)
+        self.packed = None
         if top is not None:
             if not isinstance(top, dict):
                 raise ValueError("%s: not a JSON object" % cpath)
             self.tensors = _from_columns(top, cpath, d)
+            self.packed = _packed_column(top, cpath, len(self.tensors))
         else:
             # A daemon older than columns.json.
             top = self._read_plan_json()

@@ -135,6 +135,21 @@ def check_state_dict(sd, mnt, ref, limit, what, device="cpu"):
           "%s: the mount has no .placefs/columns.json" % what)
     from_json = [placefs.TensorInfo(mnt, i, e) for i, e in enumerate(m.plan["tensors"])]
     check(from_json == m.tensors, "%s: columns.json and plan.json disagree" % what)
+    # Its "packed" column is the packed layout the loader computes, placement
+    # by placement (the offsets the plan ranges write at), and layout.json's sizes.
+    packed = m._read_plan().packed
+    check(packed is not None, "%s: columns.json has no \"packed\"" % what)
+    lay = placefs.plan.read_layout(mnt)
+    for place in ("gpu", "cpu"):
+        ts = [t for t in m.tensors if t.placement == place]
+        offs, total = placefs.loader._layout(ts, placefs.loader.PACK_ALIGN)
+        got = [packed[t.index] for t in ts]
+        check(got == offs, "%s: %s: columns.json's packed %r, the loader's layout %r"
+              % (what, place, got[:8], offs[:8]))
+        check(lay[place]["packed"] == total, "%s: %s: layout.json packs %d bytes, the layout %d"
+              % (what, place, lay[place]["packed"], total))
+        check(placefs.loader._packed_offsets(m, ts, total) == (offs, total),
+              "%s: %s: _packed_offsets disagrees" % (what, place))
     check(list(sd) == names, "%s: keys not in checkpoint order" % what)
     check(set(names) == set(ref), "%s: plan names differ from the checkpoint's" % what)
     # The quick way to one tensor (its file's attributes, no plan): the plan's
