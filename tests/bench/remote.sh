@@ -23,7 +23,12 @@
 #     copy (the C client, the same ring).
 # Each placefs row is repeated per -o disk_streams value of --streams
 # (default "-": the daemon's default, which leaves the gate off for shards on
-# FUSE). GB/s is the tensor bytes (placefs rows) or the shard files' bytes
+# FUSE). --timeline adds, under each row, the server's CPU over the row in
+# 50 ms bins (its share of one CPU, from /proc/PID/stat sampled every 20 ms by
+# one extra process; USER_HZ ticks make a bin coarse) and, for placefs rows,
+# the bin in which the mount command returned: where the server waits. (A
+# row on a fresh s3fs mount, `cat` as well, may open with 0.2-0.35 s in which
+# the server does nothing: s3fs's first request after its mount.) GB/s is the tensor bytes (placefs rows) or the shard files' bytes
 # (cat, reader) over the wall time; every round prints each row with its
 # ratio to cat of the same round and the machine's CPU over it (busy share,
 # CPU-seconds per GB: what the server, s3fs, placefs and the reader took, and
@@ -32,6 +37,7 @@
 # Needs root (drop_caches), s3fs, node and npm (or build/s3rver already).
 #
 #   tests/bench/remote.sh [--llama L:H:I:V] [--shards N] [--rounds N] [--streams "N ..."]
+#                         [--timeline]
 #
 # Results: stdout and ${OUT:-/tmp}/remote.txt.
 . "$(dirname "$0")/common.sh"
@@ -39,13 +45,15 @@ llama=3:2048:5504:8192
 shards=4
 rounds=3
 streams=-
+timeline=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--llama) llama=$2; shift ;;
 	--shards) shards=$2; shift ;;
 	--rounds) rounds=$2; shift ;;
 	--streams) streams=$2; shift ;;
-	*) echo "usage: $0 [--llama L:H:I:V] [--shards N] [--rounds N] [--streams \"N ...\"]" >&2; exit 2 ;;
+	--timeline) timeline=1 ;;
+	*) echo "usage: $0 [--llama L:H:I:V] [--shards N] [--rounds N] [--streams \"N ...\"] [--timeline]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -127,9 +135,17 @@ row() {
 	cold
 	c0=$(cpu_ticks)
 	v0=$(proc_ticks "$s3pid")
+	: >"$bench_work/row.tl"
+	if [ "$timeline" = 1 ]; then
+		# Sampling from before the clock starts (the sampler's start is not the row's).
+		sampler "$s3pid" >"$bench_work/tl" &
+		tlpid=$!
+		until [ -s "$bench_work/tl" ]; do sleep 0.01; done
+	fi
 	t0=$(now_ns)
 	"$@" >"$bench_work/row.out" 2>&1 || { cat "$bench_work/row.out" >&2; echo "remote: $name failed" >&2; exit 1; }
 	t1=$(now_ns)
+	[ "$timeline" = 0 ] || { kill "$tlpid"; wait "$tlpid" 2>/dev/null || :; bins "$t0" "$t1" >"$bench_work/row.tl"; }
 	# A command that times itself (past its interpreter's start) says so: "elapsed_ns=N".
 	e=$(sed -n 's/^elapsed_ns=//p' "$bench_work/row.out")
 	[ -z "$e" ] || t1=$((t0 + e))
@@ -152,6 +168,44 @@ print('cpu %.0f%% busy, %.2f CPU-s per GB, s3rver %.2f CPU-s' % (100 * (b1 - b0)
 		sleep 0.05
 	done
 	python3 -c "print('%.3f' % ($bytes / (($t1 - $t0) / 1e9) / 1e9))"
+}
+# sampler PID: "NS TICKS" lines, PID's CPU ticks every 20 ms, until killed.
+sampler() {
+	exec python3 -c '
+import sys, time
+path = "/proc/%s/stat" % sys.argv[1]
+while True:
+    with open(path) as f:
+        s = f.read().rsplit(")", 1)[1].split()
+    sys.stdout.write("%d %d\n" % (time.time_ns(), int(s[11]) + int(s[12])))
+    sys.stdout.flush()
+    time.sleep(0.02)' "$1"
+}
+# bins T0 T1: the sampler's ticks of [T0, T1] as a share of one CPU per 50 ms,
+# from "start_ns=N" in row.out where a row times itself (past its
+# interpreter's start), and the bin of "mounted_ns=N" (a placefs row's mount
+# returning).
+bins() {
+	python3 - "$1" "$2" "$bench_work/tl" "$bench_work/row.out" "$(getconf CLK_TCK)" <<'PY'
+import re, sys
+t0, t1, hz = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[5])
+st = re.search(r"^start_ns=(\d+)", open(sys.argv[4]).read(), re.M)
+if st:
+    t0 = int(st.group(1))
+pts = [tuple(map(int, l.split())) for l in open(sys.argv[3]) if len(l.split()) == 2]
+b = {}
+for (ta, va), (tb, vb) in zip(pts, pts[1:]):
+    if t0 <= tb <= t1:
+        k = (tb - t0) // 50_000_000
+        b[k] = b.get(k, 0) + vb - va
+n = (t1 - t0) // 50_000_000 + 1
+m = re.search(r"^mounted_ns=(\d+)", open(sys.argv[4]).read(), re.M)
+line = "  server CPU per 50 ms (%%): %s" % " ".join(
+    "%d" % round(100 * b.get(k, 0) / hz / 0.05) for k in range(n))
+if m:
+    line += "; mounted in bin %d" % ((int(m.group(1)) - t0) // 50_000_000)
+print(line)
+PY
 }
 # proc_ticks PID: the user and system ticks of process PID so far.
 proc_ticks() {
@@ -177,6 +231,7 @@ except ImportError:
 with open("/proc/stat") as f:
     v = [int(x) for x in f.readline().split()[1:9]]
 print("cpu_at_start=%d %d" % (v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v)))
+print("start_ns=%d" % time.time_ns())
 t0 = time.perf_counter_ns()
 for f in sys.argv[2:]:
     read(os.path.join(d, f))
@@ -197,14 +252,17 @@ placefs_bin, opts, src, mnt = sys.argv[1:5]
 with open("/proc/stat") as f:
     v = [int(x) for x in f.readline().split()[1:9]]
 print("cpu_at_start=%d %d" % (v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v)))
+print("start_ns=%d" % time.time_ns())
 t0 = time.perf_counter_ns()
 subprocess.run([placefs_bin, "-o", opts, src, mnt], check=True)
+print("mounted_ns=%d" % time.time_ns())
 sd = placefs.load_state_dict(mnt, device="cpu")
 print("elapsed_ns=%d" % (time.perf_counter_ns() - t0))
 EOF
 }
 placefs_stage() {
-	"$PLACEFS" -o "$1" "$R" "$mnt" && "$PLACEFS_STAGE" --all "$mnt" --mode copy -q
+	"$PLACEFS" -o "$1" "$R" "$mnt" && echo "mounted_ns=$(now_ns)" &&
+		"$PLACEFS_STAGE" --all "$mnt" --mode copy -q
 }
 
 mkdir -p "$mnt"
@@ -212,8 +270,10 @@ rows=
 for r in $(seq 1 "$rounds"); do
 	c=$(row cat "$total" cat_all) || exit 1
 	say "round $r: cat of the shard files: $c GB/s; $(cat "$bench_work/row.cpu")"
+	[ ! -s "$bench_work/row.tl" ] || say "$(cat "$bench_work/row.tl")"
 	g=$(row reader "$total" reader) || exit 1
 	say "round $r: reader on the s3fs mount ($(grep -v = "$bench_work/row.out" | head -n 1)): $g GB/s ($(ratio "$g" "$c") x cat); $(cat "$bench_work/row.cpu")"
+	[ ! -s "$bench_work/row.tl" ] || say "$(cat "$bench_work/row.tl")"
 	rows="${rows}cat $c
 reader $g
 "
@@ -223,8 +283,10 @@ reader $g
 		[ "$ds" = - ] || { opts="$opts,disk_streams=$ds"; lab=" disk_streams=$ds"; }
 		l=$(row load "$tensor_bytes" placefs_load "$opts") || exit 1
 		say "round $r: placefs load_state_dict(device=cpu)$lab: $l GB/s ($(ratio "$l" "$c") x cat); $(cat "$bench_work/row.cpu")"
+		[ ! -s "$bench_work/row.tl" ] || say "$(cat "$bench_work/row.tl")"
 		s=$(row stage "$tensor_bytes" placefs_stage "$opts") || exit 1
 		say "round $r: placefs-stage --all --mode copy$lab: $s GB/s ($(ratio "$s" "$c") x cat); $(cat "$bench_work/row.cpu")"
+		[ ! -s "$bench_work/row.tl" ] || say "$(cat "$bench_work/row.tl")"
 		rows="${rows}load$lab $l
 stage$lab $s
 "
