@@ -130,8 +130,10 @@ cp -p "$SRC/$S2" "$SERVED/$S2"
 wait_read 15 "$P" "$SRC" --shard "$S2" --direct || fail "$S2 does not serve again: $(cat wait_read.out)"
 
 # ---- 2. sshd stopped during a load, then started again ----
-# BIG: one shard of 16 tensors of 1 MiB, of which the load has read a part
-# when sshd stops: the rest must come through sshfs after it reconnected.
+# BIG: one shard of 16 tensors of 1 MiB. The load during the outage reads the
+# first 12 only, so the last 4 are not in the page cache whenever sshd stops
+# (a load that ended first left nothing to read after the reconnection): they
+# must come through sshfs after it reconnected, on a descriptor opened again.
 BIG=$SERVED/big
 # shellcheck disable=SC2046
 tmo 30 "$MKCKPT" -q --seed 5 $(for i in $(seq 10 25); do
@@ -144,7 +146,7 @@ PB_LOG=$MOUNT_LOG
 remote_read "$PB" "$BIG" --first 2 --direct >/dev/null || fail "the first tensors of big"
 (
 	for i in 1 2 3; do
-		remote_read "$PB" "$BIG" --direct --expect OK,EIO || exit $?
+		remote_read "$PB" "$BIG" --first 12 --direct --expect OK,EIO || exit $?
 	done
 ) >load.out 2>&1 &
 LOAD=$!
@@ -166,11 +168,8 @@ t=$(now_ms)
 wait_read 30 "$PB" "$BIG" --direct ||
 	fail "every tensor does not read once sshd is back: $(cat wait_read.out)"
 note "sshd back: every tensor reads again after $(since "$t") s"
-# Which way the daemon came back depends on what met the outage first: a read
-# that failed (the shard is opened again) or its check, whose stat failed (the
-# check passes again and the shard is served). Either is logged.
-grep -Eq "opened again, its reads failing|matches what was validated again; serving it" "$PB_LOG" ||
-	fail "the log does not say how the shard was served again after sshfs reconnected"
+grep -q "opened again, its reads failing" "$PB_LOG" ||
+	fail "the log does not say the shard was opened again after sshfs reconnected"
 umount_fs "$PB"
 remote_read "$P" "$SRC" --direct >/dev/null || fail "$P after sshfs reconnected"
 
