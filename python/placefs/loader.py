@@ -495,10 +495,13 @@ class _Early:
     the buffer is allocated and the whole plan requested by index ranges
     (STAGE_BATCH with BATCH_RANGES: the daemon puts each gpu-placed tensor at
     its packed offset) at once; the plan is parsed and the result views are
-    built while the daemon moves the bytes. start() returns None where the
-    mount cannot serve this (no layout.json: an older daemon; not a CUDA
-    ring of that device; no gpu-placed tensor), and the load goes the usual
-    way.
+    built while the daemon moves the bytes. The buffer is CUDA memory of
+    device dev_index (shared by IPC handle), or with dev_index None a shm
+    object of this process (host results: device "cpu", or the default
+    device on a host ring). start() returns None where the mount cannot
+    serve this (no layout.json: an older daemon; not a CUDA ring of that
+    device; for host results a mount of several rings; no gpu-placed
+    tensor), and the load goes the usual way.
     """
 
     # Requests per worker: enough that a slow range does not leave the
@@ -512,10 +515,11 @@ class _Early:
         self.export = None
         self.pool = None
         self.buf = None
+        self.shm = None
         self.fd = None
 
     @classmethod
-    def start(cls, mountpoint, torch, dev_index, workers, timeout_ns):
+    def start(cls, mountpoint, torch, dev_index, workers, timeout_ns, host_ring_only=False):
         mountpoint = os.fspath(mountpoint)
         lay = read_layout(mountpoint)
         try:
@@ -540,20 +544,31 @@ class _Early:
             ri = ring_info(fd)
         except OSError:
             ri = None
-        if ri is None or ri.backend != BACKEND_CUDA or ri.device != dev_index or \
-                ri.ndevices > 1:
+        if ri is None or ri.ndevices > 1 or (
+                ri.backend != BACKEND_CUDA or ri.device != dev_index if dev_index is not None
+                else ri.backend not in ((BACKEND_HOST,) if host_ring_only
+                                        else (BACKEND_HOST, BACKEND_CUDA))):
             os.close(fd)
             return None
         self = cls()
         try:
-            dev = torch.device("cuda", dev_index)
-            self.buf = torch.empty(packed, dtype=torch.uint8, device=dev)
-            # The daemon writes through its own mapping: nothing of ours may
-            # be pending on the buffer when it does.
-            torch.cuda.synchronize(dev)
-            self.export = _torch.cuda_ipc_export(self.buf)
-            handle, storage_off, storage_bytes = self.export.__enter__()
-            dest = Destination.cuda_ipc(handle, 0, storage_off + storage_bytes)
+            if dev_index is None:
+                # Host results: the daemon writes into a shm object of ours
+                # (sparse: its reader threads allocate the pages).
+                self.shm = _ShmDest(packed)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # a writable mapping: no copy is made
+                    self.buf = torch.frombuffer(self.shm.mm, dtype=torch.uint8)
+                dest, storage_off = self.shm.dest(0), 0
+            else:
+                dev = torch.device("cuda", dev_index)
+                self.buf = torch.empty(packed, dtype=torch.uint8, device=dev)
+                # The daemon writes through its own mapping: nothing of ours may
+                # be pending on the buffer when it does.
+                torch.cuda.synchronize(dev)
+                self.export = _torch.cuda_ipc_export(self.buf)
+                handle, storage_off, storage_bytes = self.export.__enter__()
+                dest = Destination.cuda_ipc(handle, 0, storage_off + storage_bytes)
             k = max(1, min(n, workers * self.PER_WORKER))
             cuts = [n * i // k for i in range(k + 1)]
             self.spans = [(a, b - a, storage_off) for a, b in zip(cuts, cuts[1:]) if b > a]
@@ -585,6 +600,10 @@ class _Early:
         if self.export is not None:
             self.export.__exit__(None, None, None)
             self.export = None
+        if self.shm is not None:
+            # The name goes; the mapping lives on in the results' buffer.
+            self.shm.unlink()
+            self.shm = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -828,6 +847,9 @@ class _Loader:
 
     def _gpu_copy_shm(self, tensors, pool, device):
         """Copy mode into one shm object of this process (host results)."""
+        early, self.early = self.early, None
+        if early is not None and early.shm is not None and self._gpu_copy_early(tensors, early):
+            return
         offs, total = _layout(tensors, 256)
         shm = _ShmDest(total)
         try:
@@ -1059,7 +1081,11 @@ class _Loader:
                     self.report.gpu_path = "borrowed from the ring, copied, released"
                     self._gpu_borrow(gpu, pool, gdev)
                 elif gdev == "cpu":
-                    self.report.gpu_path = "staged into a shm destination"
+                    self.report.gpu_path = "staged into a shm destination" + (
+                        ", asked for by plan ranges before the plan was read"
+                        if self.early is not None else "")
+                    if self.early is not None:
+                        t0 = self.early.t0
                     self._gpu_copy_shm(gpu, pool, gdev)
                 else:
                     self.report.gpu_path = "staged into a CUDA IPC destination" + (
@@ -1087,16 +1113,26 @@ class _Loader:
 
 
 def _start_early(mountpoint, device, mode, workers, timeout_ns, shard):
-    """An _Early for a copy-mode load of a whole mount onto cuda:N, else None."""
+    """An _Early for a copy-mode load of a whole mount with torch: onto cuda:N,
+    or into host memory (device "cpu"; the default device where torch has no
+    CUDA, which the mount's ring then decides), else None."""
     if isinstance(mountpoint, Mount) or shard is not None or \
             (copy_mode_from_env() if mode is None else mode) != "copy" or \
             os.environ.get("PLACEFS_EARLY", "1") == "0":
         return None
     kind, index = _parse_device(device)
-    torch = _torch.get() if kind == "cuda" else None
-    if torch is None or not torch.cuda.is_available():
+    torch = _torch.get()
+    if torch is None:
         return None
-    return _Early.start(mountpoint, torch, index, max(1, int(workers)), timeout_ns)
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return None
+    elif kind == "auto" and torch.cuda.is_available():
+        return None  # the mount's CUDA ring may decide for a GPU: the usual way
+    else:
+        index = None  # host results; for "auto" only from a host ring
+    return _Early.start(mountpoint, torch, index, max(1, int(workers)), timeout_ns,
+                        host_ring_only=kind == "auto")
 
 
 def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False,

@@ -856,7 +856,7 @@ def seed(mnt, source, limit):
     if not check(small is not None and large is not None, "seed tensors missing"):
         done("seed")
     check(small.placement == "gpu" and small.nbytes == 1 << 20, "small: %r" % (small,))
-    early_declines(mnt)  # a host ring
+    early_declines(mnt, (0, 1))  # a host ring: not for a GPU
     check(large.placement == "cpu" and large.nbytes == 9 << 20, "large: %r" % (large,))
     ri = check_host_ring(m, "seed")
     ring = ring_map(ri)
@@ -976,13 +976,25 @@ def seed(mnt, source, limit):
     expect_raises(b.tobytes, RuntimeError, "released", "reading a released lease")
 
     # load_state_dict in both modes, explicitly and through INSTANTTENSOR_COPY.
-    for mode in ("copy", "borrow"):
-        sd, rep = placefs.load(mnt, device="cpu", mode=mode)
+    # With torch, a copy-mode load into host memory asks for the plan by
+    # ranges into one shm object before it reads the plan (_Early); the
+    # default device of a host mount too; PLACEFS_EARLY=0 the usual way.
+    has_torch = placefs._torch.get() is not None
+    for mode, device, env in (("copy", "cpu", None), ("borrow", "cpu", None),
+                              ("copy", None, None), ("copy", "cpu", "0")):
+        if env is not None:
+            os.environ["PLACEFS_EARLY"] = env
+        sd, rep = placefs.load(mnt, device=device, mode=mode)
+        os.environ.pop("PLACEFS_EARLY", None)
+        what = "seed load mode=%s device=%s PLACEFS_EARLY=%s" % (mode, device, env)
         check(rep.mode == mode, "report mode %s" % rep.mode)
         check(rep.count == {"gpu": 1, "cpu": 1} and rep.bytes == {"gpu": 1 << 20,
                                                                  "cpu": 9 << 20},
               "report counts %r %r" % (rep.count, rep.bytes))
-        check_state_dict(sd, mnt, ref, limit, "seed load mode=%s" % mode)
+        early = has_torch and mode == "copy" and env is None
+        check(("plan ranges" in (rep.gpu_path or "")) == early,
+              "%s: gpu path %r" % (what, rep.gpu_path))
+        check_state_dict(sd, mnt, ref, limit, what)
     # cpu="map": mapped with torch; without torch read all the same, never an error.
     sd, rep = placefs.load(mnt, device="cpu", cpu="map")
     want_path = "mapped from the source shards (private, populated)" \
@@ -1332,14 +1344,15 @@ def cpumap(mnt, source, limit, loose):
     done("cpumap")
 
 
-def early_declines(mnt):
+def early_declines(mnt, devices=(0, 1, None)):
     """The early path (plan ranges before the plan) is for a CUDA ring of the
-    device asked for; on any other mount it steps aside before it touches
-    torch or sends a request, and the load goes the usual way."""
+    device asked for, or for host results from a host or CUDA ring of one
+    device; on any other mount it steps aside before it touches torch or
+    sends a request, and the load goes the usual way."""
     sentinel = object()  # not torch: touching it would raise AttributeError
-    for dev in (0, 1):
+    for dev in devices:
         check(placefs.loader._Early.start(mnt, sentinel, dev, 4, 0) is None,
-              "%s: the early path did not step aside for cuda:%d" % (mnt, dev))
+              "%s: the early path did not step aside for %s" % (mnt, dev))
 
 
 def none(mnt, source):
