@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -361,6 +362,71 @@ START_TEST(test_random)
 }
 END_TEST
 
+/*
+ * The first mount point of /proc/self/mountinfo whose type is prefix, or
+ * prefix followed by "." or "4" (fuse, fuse.s3fs, nfs, nfs4), into out; 0
+ * when there is none.
+ */
+static int find_mount(const char *prefix, char *out, size_t cap)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[4096];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char mnt[1024], type[256];
+		const char *sep = strstr(line, " - ");
+
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT ... - TYPE SOURCE OPTIONS */
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
+		    sscanf(sep + 3, "%255s", type) != 1)
+			continue;
+		/* "fuse", "fuse.s3fs", "nfs", "nfs4"; not "fusectl" */
+		if (strncmp(type, prefix, strlen(prefix)) == 0 &&
+		    strchr(".4", type[strlen(prefix)]) && !strchr(mnt, '\\') && strlen(mnt) < cap) {
+			strcpy(out, mnt);
+			found = 1;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * placefs_io_on_network_fs: 0 for a device node, a pipe and a bad
+ * descriptor; 1 for the root of a FUSE or NFS mount where this machine has
+ * one it may open (a placefs test mount, the remote layer's s3fs or sshfs).
+ */
+START_TEST(test_on_network_fs)
+{
+	static const char *const kinds[] = {"fuse", "nfs"};
+	char mnt[1024];
+	int p[2], fd;
+
+	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(placefs_io_on_network_fs(fd), 0);
+	close(fd);
+	ck_assert_int_eq(pipe(p), 0);
+	ck_assert_int_eq(placefs_io_on_network_fs(p[0]), 0);
+	close(p[0]);
+	close(p[1]);
+	ck_assert_int_eq(placefs_io_on_network_fs(-1), 0);
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		if (!find_mount(kinds[i], mnt, sizeof(mnt)))
+			continue;
+		fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			continue; /* another user's FUSE mount: not ours to look at */
+		ck_assert_msg(placefs_io_on_network_fs(fd) == 1, "%s mount %s not seen as network",
+		              kinds[i], mnt);
+		close(fd);
+	}
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
 	Suite *s = suite_create("io");
@@ -377,6 +443,7 @@ static Suite *io_suite(void)
 	tcase_add_test(tc, test_read_full_pipe_eof);
 	tcase_add_test(tc, test_write_full_pipe);
 	tcase_add_test(tc, test_random);
+	tcase_add_test(tc, test_on_network_fs);
 	suite_add_tcase(s, tc);
 	return s;
 }

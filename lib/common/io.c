@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <sys/random.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/io.h"
@@ -106,5 +107,32 @@ int placefs_io_random(void *buf, size_t len)
 		}
 		got += (size_t)k;
 	}
+	return 0;
+}
+
+/* statfs(2) f_type values (linux/magic.h; Lustre's and GPFS's from their sources). */
+static const uint32_t network_fs_magic[] = {
+        0x65735546, /* FUSE */
+        0x00006969, /* NFS */
+        0xff534d42, /* CIFS */
+        0xfe534d42, /* SMB2 */
+        0x0000517b, /* SMB */
+        0x00c36400, /* Ceph */
+        0x01021997, /* 9P */
+        0x6b414653, /* AFS */
+        0x5346414f, /* OpenAFS */
+        0x0bd00bd0, /* Lustre */
+        0x47504653, /* GPFS */
+};
+
+int placefs_io_on_network_fs(int fd)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) != 0)
+		return 0;
+	for (size_t i = 0; i < sizeof(network_fs_magic) / sizeof(network_fs_magic[0]); i++)
+		if ((uint32_t)sf.f_type == network_fs_magic[i])
+			return 1;
 	return 0;
 }

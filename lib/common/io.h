@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * io: whole reads and writes over descriptors, retrying EINTR and short
- * transfers, in one place.
+ * transfers, in one place; what kind of file system a descriptor is on.
  *
  * None of these allocate or log; each transfers at most 1 GiB per system
  * call (what Linux does anyway) so that any length is accepted.
@@ -41,5 +41,14 @@ int placefs_io_write_full(int fd, const void *buf, size_t len);
  * Returns 0 or a negative errno.
  */
 int placefs_io_random(void *buf, size_t len);
+
+/*
+ * Whether fd lies on a file system whose reads go over a network or to a
+ * user-space client: FUSE (s3fs, sshfs, mountpoint-s3, JuiceFS, ...), NFS,
+ * SMB/CIFS, Ceph, 9P, AFS, Lustre, GPFS. There a read waits mostly on the
+ * server's round trip, not on this machine's CPUs or disks. 1 or 0; 0 when
+ * fstatfs() fails.
+ */
+int placefs_io_on_network_fs(int fd);
 
 #endif
