@@ -26,10 +26,14 @@
 # FUSE). --timeline adds, under each row, the server's CPU over the row in
 # 50 ms bins (its share of one CPU, from /proc/PID/stat sampled every 20 ms by
 # one extra process; USER_HZ ticks make a bin coarse) and, for placefs rows,
-# the bin in which the mount command returned: where the server waits. (A
-# row on a fresh s3fs mount, `cat` as well, may open with 0.2-0.35 s in which
-# the server does nothing: s3fs's first request after its mount.) GB/s is the tensor bytes (placefs rows) or the shard files' bytes
-# (cat, reader) over the wall time; every round prints each row with its
+# the bin in which the mount command returned: where the server waits; and,
+# from the server's request log (each line stamped as it comes), the gaps
+# of over 5 ms in which no request was outstanding: the server waiting for
+# the client. (A row on a fresh s3fs mount, `cat` as well, may open with
+# 0.2-0.35 s of empty CPU bins although its first request reaches the
+# server within 5 ms.)
+# GB/s is the tensor bytes (placefs rows) or the shard files' bytes (cat,
+# reader) over the wall time; every round prints each row with its
 # ratio to cat of the same round and the machine's CPU over it (busy share,
 # CPU-seconds per GB: what the server, s3fs, placefs and the reader took, and
 # the server's own CPU-seconds);
@@ -96,14 +100,29 @@ trap remote_cleanup EXIT INT TERM
 "$MKCKPT" --quiet --llama "$llama" --shards "$shards" --index "$bench_work/ckpt"
 printf 'S3RVER:S3RVER\n' >"$bench_work/passwd"
 chmod 600 "$bench_work/passwd"
-"$S3RVER" -d "$bench_work/s3data" -a 127.0.0.1 -p 0 --configure-bucket ckpt -s >"$bench_work/s3rver.log" 2>&1 &
-s3pid=$!
+if [ "$timeline" = 1 ]; then
+	# The server's request log, each line stamped (ns) as it comes: the
+	# request timeline under each row (bins()).
+	"$S3RVER" -d "$bench_work/s3data" -a 127.0.0.1 -p 0 --configure-bucket ckpt 2>&1 |
+		python3 -u -c 'import sys, time
+for line in sys.stdin:
+    sys.stdout.write("%d %s" % (time.time_ns(), line))' >"$bench_work/s3rver.log" &
+else
+	"$S3RVER" -d "$bench_work/s3data" -a 127.0.0.1 -p 0 --configure-bucket ckpt -s >"$bench_work/s3rver.log" 2>&1 &
+	s3pid=$!
+fi
 i=0
 until grep -q 'listening on' "$bench_work/s3rver.log"; do
 	i=$((i + 1))
 	[ $i -lt 200 ] || { echo "remote: s3rver did not start" >&2; cat "$bench_work/s3rver.log" >&2; exit 1; }
 	sleep 0.05
 done
+if [ -z "$s3pid" ]; then
+	for p in $(pgrep -f -- "$bench_work/s3data"); do
+		[ "$(cat "/proc/$p/comm" 2>/dev/null)" != node ] || s3pid=$p
+	done
+	[ -n "$s3pid" ] || { echo "remote: cannot find the s3rver process" >&2; exit 1; }
+fi
 port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$bench_work/s3rver.log")
 s3mount() { # MNT [OPTIONS]
 	mkdir -p "$1"
@@ -136,6 +155,7 @@ row() {
 	c0=$(cpu_ticks)
 	v0=$(proc_ticks "$s3pid")
 	: >"$bench_work/row.tl"
+	n0=$(wc -l <"$bench_work/s3rver.log")
 	if [ "$timeline" = 1 ]; then
 		# Sampling from before the clock starts (the sampler's start is not the row's).
 		sampler "$s3pid" >"$bench_work/tl" &
@@ -145,7 +165,7 @@ row() {
 	t0=$(now_ns)
 	"$@" >"$bench_work/row.out" 2>&1 || { cat "$bench_work/row.out" >&2; echo "remote: $name failed" >&2; exit 1; }
 	t1=$(now_ns)
-	[ "$timeline" = 0 ] || { kill "$tlpid"; wait "$tlpid" 2>/dev/null || :; bins "$t0" "$t1" >"$bench_work/row.tl"; }
+	[ "$timeline" = 0 ] || { kill "$tlpid"; wait "$tlpid" 2>/dev/null || :; sleep 0.1; bins "$t0" "$t1" "$n0" >"$bench_work/row.tl"; }
 	# A command that times itself (past its interpreter's start) says so: "elapsed_ns=N".
 	e=$(sed -n 's/^elapsed_ns=//p' "$bench_work/row.out")
 	[ -z "$e" ] || t1=$((t0 + e))
@@ -181,17 +201,27 @@ while True:
     sys.stdout.flush()
     time.sleep(0.02)' "$1"
 }
-# bins T0 T1: the sampler's ticks of [T0, T1] as a share of one CPU per 50 ms,
-# from "start_ns=N" in row.out where a row times itself (past its
-# interpreter's start), and the bin of "mounted_ns=N" (a placefs row's mount
-# returning).
+# bins T0 T1 N0: the sampler's ticks of [T0, T1] as a share of one CPU per 50
+# ms, from "start_ns=N" to that plus "elapsed_ns=N" in row.out where a row
+# times itself (past its interpreter's start, before its exit), and the bin
+# of "mounted_ns=N" (a placefs row's mount returning); then the requests of
+# the server's log past its line N0 (each a response's end stamp and its
+# duration): where none was outstanding for over 5 ms, in ms from the row's
+# start, the server waiting for the client.
 bins() {
-	python3 - "$1" "$2" "$bench_work/tl" "$bench_work/row.out" "$(getconf CLK_TCK)" <<'PY'
+	python3 - "$1" "$2" "$bench_work/tl" "$bench_work/row.out" "$(getconf CLK_TCK)" \
+		"$bench_work/s3rver.log" "$3" <<'PY'
 import re, sys
 t0, t1, hz = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[5])
-st = re.search(r"^start_ns=(\d+)", open(sys.argv[4]).read(), re.M)
+out = open(sys.argv[4]).read()
+st = re.search(r"^start_ns=(\d+)", out, re.M)
 if st:
     t0 = int(st.group(1))
+    # The row's end as it timed itself, not its process's exit (an
+    # interpreter tearing down torch and its mappings is not in the row).
+    el = re.search(r"^elapsed_ns=(\d+)", out, re.M)
+    if el:
+        t1 = t0 + int(el.group(1))
 pts = [tuple(map(int, l.split())) for l in open(sys.argv[3]) if len(l.split()) == 2]
 b = {}
 for (ta, va), (tb, vb) in zip(pts, pts[1:]):
@@ -199,12 +229,29 @@ for (ta, va), (tb, vb) in zip(pts, pts[1:]):
         k = (tb - t0) // 50_000_000
         b[k] = b.get(k, 0) + vb - va
 n = (t1 - t0) // 50_000_000 + 1
-m = re.search(r"^mounted_ns=(\d+)", open(sys.argv[4]).read(), re.M)
+m = re.search(r"^mounted_ns=(\d+)", out, re.M)
 line = "  server CPU per 50 ms (%%): %s" % " ".join(
     "%d" % round(100 * b.get(k, 0) / hz / 0.05) for k in range(n))
 if m:
     line += "; mounted in bin %d" % ((int(m.group(1)) - t0) // 50_000_000)
 print(line)
+iv = []
+for raw in open(sys.argv[6]).read().splitlines()[int(sys.argv[7]):]:
+    r = re.match(r"(\d+) info: \S+ \d{3} (\d+)ms", re.sub(r"\x1b\[[0-9;]*m", "", raw))
+    if r:
+        end = (int(r.group(1)) - t0) / 1e6
+        iv.append((end - int(r.group(2)), end))
+iv.sort()
+gaps, reach = [], None
+for a, b in iv:
+    if reach is not None and a > reach + 5:
+        gaps.append((reach, a))
+    reach = b if reach is None else max(reach, b)
+if iv:
+    print("  requests: %d, the first at %.0f ms, the last done at %.0f ms; none outstanding "
+          "for %.0f ms in %d gaps over 5 ms: %s" % (
+              len(iv), iv[0][0], reach, sum(b - a for a, b in gaps), len(gaps),
+              " ".join("%.0f-%.0f" % g for g in gaps)))
 PY
 }
 # proc_ticks PID: the user and system ticks of process PID so far.
