@@ -497,8 +497,10 @@ class _Early:
     its packed offset) at once; the plan is parsed and the result views are
     built while the daemon moves the bytes. The buffer is CUDA memory of
     device dev_index (shared by IPC handle), or with dev_index None a shm
-    object of this process (host results: device "cpu", or the default
-    device on a host ring). start() returns None where the mount cannot
+    object of this process (host results, device "cpu"); dev_index "auto"
+    is the default device, which the ring decides as _Loader.run() does (a
+    CUDA ring's GPU when torch has CUDA, else host memory). start() returns
+    None where the mount cannot
     serve this (no layout.json: an older daemon; not a CUDA ring of that
     device; for host results a mount of several rings; no gpu-placed
     tensor), and the load goes the usual way.
@@ -519,7 +521,7 @@ class _Early:
         self.fd = None
 
     @classmethod
-    def start(cls, mountpoint, torch, dev_index, workers, timeout_ns, host_ring_only=False):
+    def start(cls, mountpoint, torch, dev_index, workers, timeout_ns):
         mountpoint = os.fspath(mountpoint)
         lay = read_layout(mountpoint)
         try:
@@ -544,10 +546,14 @@ class _Early:
             ri = ring_info(fd)
         except OSError:
             ri = None
+        if dev_index == "auto" and ri is not None:
+            # The default device, as _Loader.run() takes it: the GPU of a CUDA
+            # ring when torch can use CUDA, else host memory.
+            dev_index = ri.device if ri.backend == BACKEND_CUDA and \
+                torch.cuda.is_available() else None
         if ri is None or ri.ndevices > 1 or (
                 ri.backend != BACKEND_CUDA or ri.device != dev_index if dev_index is not None
-                else ri.backend not in ((BACKEND_HOST,) if host_ring_only
-                                        else (BACKEND_HOST, BACKEND_CUDA))):
+                else ri.backend not in (BACKEND_HOST, BACKEND_CUDA)):
             os.close(fd)
             return None
         self = cls()
@@ -1114,8 +1120,9 @@ class _Loader:
 
 def _start_early(mountpoint, device, mode, workers, timeout_ns, shard):
     """An _Early for a copy-mode load of a whole mount with torch: onto cuda:N,
-    or into host memory (device "cpu"; the default device where torch has no
-    CUDA, which the mount's ring then decides), else None."""
+    or into host memory (device "cpu"), or for the default device, the one
+    the mount's ring gives (its GPU when torch has CUDA, else the host);
+    else None."""
     if isinstance(mountpoint, Mount) or shard is not None or \
             (copy_mode_from_env() if mode is None else mode) != "copy" or \
             os.environ.get("PLACEFS_EARLY", "1") == "0":
@@ -1124,15 +1131,10 @@ def _start_early(mountpoint, device, mode, workers, timeout_ns, shard):
     torch = _torch.get()
     if torch is None:
         return None
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            return None
-    elif kind == "auto" and torch.cuda.is_available():
-        return None  # the mount's CUDA ring may decide for a GPU: the usual way
-    else:
-        index = None  # host results; for "auto" only from a host ring
-    return _Early.start(mountpoint, torch, index, max(1, int(workers)), timeout_ns,
-                        host_ring_only=kind == "auto")
+    if kind == "cuda" and not torch.cuda.is_available():
+        return None
+    index = {"cuda": index, "cpu": None, "auto": "auto"}[kind]
+    return _Early.start(mountpoint, torch, index, max(1, int(workers)), timeout_ns)
 
 
 def load(mountpoint, device=None, mode=None, workers=4, timeout_ns=0, progress=False,

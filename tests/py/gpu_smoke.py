@@ -66,6 +66,13 @@ def main(mnt, source, limit):
                     lt.check(got.dtype == dt and torch.equal(got.cpu(), want),
                              "%s: typed value differs (%s)" % (t.name, device))
             del sd
+    # The default device of a CUDA mount is its ring's GPU, by the same early path.
+    sd, rep = placefs.load(mnt, mode="copy")
+    lt.check(("plan ranges" in (rep.gpu_path or "")) == (rep.count["gpu"] > 0) and
+             rep.device == "cuda:0", "default device: %s, gpu path %r" % (rep.device,
+                                                                         rep.gpu_path))
+    lt.check_state_dict(sd, mnt, ref, limit, "cuda mount, default device", device="cuda:0")
+    del sd
     gpu = [t for t in m.tensors if t.placement == "gpu" and t.nbytes]
     t = gpu[0]
     with m.borrow(t.name) as b:
