@@ -40,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,9 +78,6 @@ static void log_summary(const struct placefs_mount *m, const struct placefs_opts
 		            (unsigned long long)o->ring_size);
 }
 
-/* statfs(2) f_type of a FUSE file system (linux/magic.h). */
-#define FUSE_SUPER_MAGIC_ 0x65735546
-
 /*
  * Whether every shard lies on a FUSE file system (s3fs, sshfs, ...): there
  * the disk gate (-o disk_streams) is off unless the option is given. Such a
@@ -92,11 +88,9 @@ static void log_summary(const struct placefs_mount *m, const struct placefs_opts
 static bool shards_on_fuse(const struct placefs_ckpt *ck)
 {
 	size_t n = placefs_ckpt_shard_count(ck);
-	struct statfs sf;
 
 	for (size_t i = 0; i < n; i++)
-		if (fstatfs(placefs_ckpt_shard(ck, i)->fd, &sf) != 0 ||
-		    (uint32_t)sf.f_type != FUSE_SUPER_MAGIC_)
+		if (!placefs_io_on_fuse(placefs_ckpt_shard(ck, i)->fd))
 			return false;
 	return n > 0;
 }

@@ -395,9 +395,10 @@ static int find_mount(const char *prefix, char *out, size_t cap)
 }
 
 /*
- * placefs_io_on_network_fs: 0 for a device node, a pipe and a bad
- * descriptor; 1 for the root of a FUSE or NFS mount where this machine has
- * one it may open (a placefs test mount, the remote layer's s3fs or sshfs).
+ * placefs_io_on_network_fs and placefs_io_on_fuse: both 0 for a device node,
+ * a pipe and a bad descriptor. For the root of a FUSE or NFS mount where this
+ * machine has one it may open (a placefs test mount, the remote layer's s3fs
+ * or sshfs): the first 1 for both, the second 1 for FUSE only.
  */
 START_TEST(test_on_network_fs)
 {
@@ -408,12 +409,15 @@ START_TEST(test_on_network_fs)
 	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(placefs_io_on_network_fs(fd), 0);
+	ck_assert_int_eq(placefs_io_on_fuse(fd), 0);
 	close(fd);
 	ck_assert_int_eq(pipe(p), 0);
 	ck_assert_int_eq(placefs_io_on_network_fs(p[0]), 0);
+	ck_assert_int_eq(placefs_io_on_fuse(p[0]), 0);
 	close(p[0]);
 	close(p[1]);
 	ck_assert_int_eq(placefs_io_on_network_fs(-1), 0);
+	ck_assert_int_eq(placefs_io_on_fuse(-1), 0);
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
 		if (!find_mount(kinds[i], mnt, sizeof(mnt)))
 			continue;
@@ -422,6 +426,8 @@ START_TEST(test_on_network_fs)
 			continue; /* another user's FUSE mount: not ours to look at */
 		ck_assert_msg(placefs_io_on_network_fs(fd) == 1, "%s mount %s not seen as network",
 		              kinds[i], mnt);
+		ck_assert_msg(placefs_io_on_fuse(fd) == (i == 0), "%s mount %s: FUSE answer %d",
+		              kinds[i], mnt, placefs_io_on_fuse(fd));
 		close(fd);
 	}
 }

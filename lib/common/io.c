@@ -111,8 +111,9 @@ int placefs_io_random(void *buf, size_t len)
 }
 
 /* statfs(2) f_type values (linux/magic.h; Lustre's and GPFS's from their sources). */
+#define FUSE_MAGIC 0x65735546u
 static const uint32_t network_fs_magic[] = {
-        0x65735546, /* FUSE */
+        FUSE_MAGIC, /* FUSE */
         0x00006969, /* NFS */
         0xff534d42, /* CIFS */
         0xfe534d42, /* SMB2 */
@@ -125,14 +126,32 @@ static const uint32_t network_fs_magic[] = {
         0x47504653, /* GPFS */
 };
 
-int placefs_io_on_network_fs(int fd)
+/* fd's file system type (statfs f_type) into *type; -1 when fstatfs() fails. */
+static int fs_type(int fd, uint32_t *type)
 {
 	struct statfs sf;
 
 	if (fstatfs(fd, &sf) != 0)
+		return -1;
+	*type = (uint32_t)sf.f_type;
+	return 0;
+}
+
+int placefs_io_on_network_fs(int fd)
+{
+	uint32_t type;
+
+	if (fs_type(fd, &type) != 0)
 		return 0;
 	for (size_t i = 0; i < sizeof(network_fs_magic) / sizeof(network_fs_magic[0]); i++)
-		if ((uint32_t)sf.f_type == network_fs_magic[i])
+		if (type == network_fs_magic[i])
 			return 1;
 	return 0;
+}
+
+int placefs_io_on_fuse(int fd)
+{
+	uint32_t type;
+
+	return fs_type(fd, &type) == 0 && type == FUSE_MAGIC;
 }

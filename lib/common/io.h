@@ -51,4 +51,7 @@ int placefs_io_random(void *buf, size_t len);
  */
 int placefs_io_on_network_fs(int fd);
 
+/* Whether fd lies on a FUSE file system (one of the above). 1 or 0; 0 when fstatfs() fails. */
+int placefs_io_on_fuse(int fd);
+
 #endif
