@@ -500,10 +500,9 @@ class _Early:
     object of this process (host results, device "cpu"); dev_index "auto"
     is the default device, which the ring decides as _Loader.run() does (a
     CUDA ring's GPU when torch has CUDA, else host memory). start() returns
-    None where the mount cannot
-    serve this (no layout.json: an older daemon; not a CUDA ring of that
-    device; for host results a mount of several rings; no gpu-placed
-    tensor), and the load goes the usual way.
+    None where the mount cannot serve this (no layout.json: an older daemon;
+    a mount of several rings; for a GPU, not a CUDA ring of that device; no
+    gpu-placed tensor), and the load goes the usual way.
     """
 
     # Requests per worker: enough that a slow range does not leave the
@@ -546,14 +545,17 @@ class _Early:
             ri = ring_info(fd)
         except OSError:
             ri = None
-        if dev_index == "auto" and ri is not None:
+        serves = ri is not None and ri.ndevices == 1
+        if serves and dev_index == "auto":
             # The default device, as _Loader.run() takes it: the GPU of a CUDA
             # ring when torch can use CUDA, else host memory.
             dev_index = ri.device if ri.backend == BACKEND_CUDA and \
                 torch.cuda.is_available() else None
-        if ri is None or ri.ndevices > 1 or (
-                ri.backend != BACKEND_CUDA or ri.device != dev_index if dev_index is not None
-                else ri.backend not in (BACKEND_HOST, BACKEND_CUDA)):
+        if serves and dev_index is None:
+            serves = ri.backend in (BACKEND_HOST, BACKEND_CUDA)
+        elif serves:
+            serves = ri.backend == BACKEND_CUDA and ri.device == dev_index
+        if not serves:
             os.close(fd)
             return None
         self = cls()

@@ -155,8 +155,8 @@ row() {
 	c0=$(cpu_ticks)
 	v0=$(proc_ticks "$s3pid")
 	: >"$bench_work/row.tl"
-	n0=$(wc -l <"$bench_work/s3rver.log")
 	if [ "$timeline" = 1 ]; then
+		n0=$(wc -l <"$bench_work/s3rver.log")
 		# Sampling from before the clock starts (the sampler's start is not the row's).
 		sampler "$s3pid" >"$bench_work/tl" &
 		tlpid=$!
