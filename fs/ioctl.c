@@ -735,6 +735,7 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 		cfg.stager.prefetch = m->opts->prefetch;
 		cfg.stager.zero_copy = m->opts->zero_copy;
 		cfg.stager.direct_copy = m->opts->direct_copy;
+		cfg.stager.host_reserve = m->host_reserve;
 		if (m->opts->disk_streams > 0) {
 			rc = placefs_gate_create(m->opts->disk_streams, &fs->gate, err);
 			if (rc != 0) {

@@ -394,6 +394,26 @@ int main(int argc, char *argv[])
 			goto out_opts;
 		}
 	}
+	/*
+	 * The daemon forks before it reads the checkpoint, so that work that
+	 * does not need the plan runs beside the header reads (hundreds of
+	 * milliseconds on a network file system) in the process that keeps it:
+	 * a host ring's reservation. Until daemon_ready() the child reports
+	 * errors on this terminal and the starting process exits with its status.
+	 */
+	if (daemon_start(opts.foreground, &ready_fd) != 0) {
+		fprintf(stderr, "placefs: cannot daemonize: %s\n", strerror(errno));
+		status = PLACEFS_EXIT_MOUNT;
+		goto out_opts;
+	}
+	if (!opts.device_auto && !opts.devices.all && opts.devices.n == 1 &&
+	    opts.devices.items[0].kind == PLACEFS_DEVICE_HOST &&
+	    placefs_host_reserve_start(opts.ring_size ? opts.ring_size : PLACEFS_PLAN_AUTO_RING,
+	                               opts.host_buffer, &m.host_reserve, &err) < 0) {
+		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
+		status = PLACEFS_EXIT_STAGING;
+		goto out_opts;
+	}
 	if (placefs_ckpt_open(opts.source_abs, opts.index, &ck, &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
 		status = placefs_error_exit_status(&err);
@@ -454,17 +474,15 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "placefs: cannot install signal handlers\n");
 		goto out_session;
 	}
-	if (daemon_start(opts.foreground, &ready_fd) != 0) {
-		fprintf(stderr, "placefs: cannot daemonize: %s\n", strerror(errno));
-		goto out_signals;
-	}
 	status = PLACEFS_EXIT_STAGING;
 	if (placefs_ioctl_create(&m, &m.stage, &err) < 0) {
 		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
 		goto out_signals;
 	}
+	/* Taken by the host stager, or never to be: given back either way. */
+	placefs_host_reserve_free(m.host_reserve);
+	m.host_reserve = NULL;
 	status = PLACEFS_EXIT_MOUNT;
-	/* Threads start here, after daemon_start() has forked. */
 	if (placefs_push_create(&m, opts.push_threads, &m.push, &err) < 0) {
 		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
 		goto out_stage;
@@ -528,6 +546,7 @@ out_plan:
 out_ckpt:
 	placefs_ckpt_free(ck);
 out_opts:
+	placefs_host_reserve_free(m.host_reserve);
 	placefs_opts_release(&opts);
 	return status;
 }

@@ -98,6 +98,7 @@ struct placefs_push;         /* fs/push.h */
 struct placefs_ioctl;        /* fs/ioctl.h */
 struct placefs_stats;        /* fs/stats.h */
 struct placefs_xattr_set;    /* one tensor's xattr values, private to fs/ops.c */
+struct placefs_host_reserve; /* lib/staging/backend.h */
 
 struct placefs_mount {
 	const struct placefs_opts *opts;
@@ -134,6 +135,13 @@ struct placefs_mount {
 	 */
 	char bdi[32];
 	atomic_int bdi_tuned;
+
+	/*
+	 * -o device=host: the ring reserved while the checkpoint was read
+	 * (placefs_host_reserve_start(), set by main()), taken by the stager;
+	 * NULL otherwise. main() frees it.
+	 */
+	struct placefs_host_reserve *host_reserve;
 
 	struct placefs_counters ctr;
 

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -618,6 +619,163 @@ START_TEST(test_host_ring_reserved)
 	              3 << 20);
 	close(fd);
 	placefs_backend_free(be);
+}
+END_TEST
+
+/*
+ * The number of this process's host rings in /dev/shm ("placefs-<pid>-<r>");
+ * the largest allocation among them into *most (NULL: not wanted).
+ */
+static unsigned own_rings_most(uint64_t *most)
+{
+	char prefix[32], path[300];
+	struct dirent *de;
+	struct stat st;
+	unsigned n = 0;
+	DIR *d = opendir("/dev/shm");
+
+	ck_assert_ptr_nonnull(d);
+	if (most)
+		*most = 0;
+	snprintf(prefix, sizeof(prefix), "placefs-%ld-", (long)getpid());
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		n++;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		if (most && stat(path, &st) == 0 && (uint64_t)st.st_blocks * 512 > *most)
+			*most = (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return n;
+}
+
+static unsigned own_rings(void)
+{
+	return own_rings_most(NULL);
+}
+
+/* A backend made from a reservation: its ring is `ring` bytes, all allocated, and works. */
+static struct placefs_backend *mk_reserved(uint64_t guess, uint64_t ring, uint64_t hb_reserve,
+                                           uint64_t hb)
+{
+	struct placefs_host_reserve *r = NULL;
+	struct placefs_backend_info info;
+	struct placefs_backend *be = NULL;
+	struct placefs_error err;
+	uint8_t *back;
+	struct stat st;
+	unsigned before = own_rings();
+	int fd;
+
+	placefs_error_clear(&err);
+	ck_assert_msg(placefs_host_reserve_start(guess, hb_reserve, &r, &err) == 0, "%s", err.msg);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(own_rings(), before + 1);
+	/* The thread's work done first, so that the cut below is what makes the size. */
+	for (int i = 0; i < 500; i++) {
+		uint64_t most;
+
+		own_rings_most(&most);
+		if (most >= guess)
+			break;
+		usleep(10000);
+	}
+	ck_assert_msg(placefs_backend_create_reserved(tu_device("host"), ring, hb, r, &be, &err) ==
+	                      0,
+	              "%s", err.msg);
+	ck_assert_ptr_nonnull(be);
+	/* The backend took the object: freeing the reservation leaves it. */
+	placefs_host_reserve_free(r);
+	ck_assert_uint_eq(own_rings(), before + 1);
+	placefs_backend_get_info(be, &info);
+	fd = shm_open((char *)info.handle, O_RDONLY, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, ring);
+	ck_assert_msg((uint64_t)st.st_blocks * 512 >= ring, "%lld bytes allocated of %llu",
+	              (long long)st.st_blocks * 512, (unsigned long long)ring);
+	/* Cut to the ring: nothing reserved past it stays allocated. */
+	ck_assert_msg((uint64_t)st.st_blocks * 512 <= ring + 4096, "%lld bytes allocated of %llu",
+	              (long long)st.st_blocks * 512, (unsigned long long)ring);
+	close(fd);
+	/* Chunks and ring work end to end, at the ring's last bytes too. */
+	ck_assert_uint_ge(info.host_buffer_bytes, 4096);
+	push(be, 0, ring - info.chunk_bytes, info.chunk_bytes, 7);
+	back = malloc(info.chunk_bytes);
+	ck_assert_ptr_nonnull(back);
+	ck_assert_msg(placefs_backend_read_ring(be, ring - info.chunk_bytes, back, info.chunk_bytes,
+	                                        &err) == 0,
+	              "%s", err.msg);
+	expect_pat(back, info.chunk_bytes, 7);
+	free(back);
+	return be;
+}
+
+START_TEST(test_host_ring_reserved_ahead)
+{
+	struct placefs_host_reserve *r = NULL;
+	struct placefs_backend *be, *be2;
+	struct placefs_backend_info info, info2;
+	struct placefs_error err;
+	struct statvfs vs;
+	unsigned before = own_rings();
+	uint64_t avail, ring;
+
+	/* Reserved past the ring (cut), short of it (grown), exactly it. */
+	be = mk_reserved(8 << 20, 3 << 20, 64 << 10, 64 << 10);
+	placefs_backend_free(be);
+	be = mk_reserved(1 << 20, 5 << 20, 64 << 10, 64 << 10);
+	placefs_backend_free(be);
+	be = mk_reserved(2 << 20, 2 << 20, 0, 0);
+	placefs_backend_free(be);
+	/* Bounce memory smaller than the backend's: made anew; larger: used. */
+	be = mk_reserved(1 << 20, 1 << 20, 64 << 10, 1 << 20);
+	placefs_backend_free(be);
+	be = mk_reserved(1 << 20, 1 << 20, 1 << 20, 64 << 10);
+	placefs_backend_free(be);
+	ck_assert_uint_eq(own_rings(), before);
+
+	/* Not taken: freeing it unlinks the object; device none ignores it. */
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_host_reserve_start(4 << 20, 0, &r, &err), 0);
+	ck_assert_uint_eq(own_rings(), before + 1);
+	be = NULL;
+	ck_assert_int_eq(
+	        placefs_backend_create_reserved(tu_device("none"), 4 << 20, 0, r, &be, &err), 0);
+	ck_assert_ptr_null(be);
+	placefs_host_reserve_free(r);
+	ck_assert_uint_eq(own_rings(), before);
+	placefs_host_reserve_free(NULL);
+
+	/* Taken at most once: a second host backend makes its own ring. */
+	ck_assert_int_eq(placefs_host_reserve_start(1 << 20, 0, &r, &err), 0);
+	ck_assert_int_eq(
+	        placefs_backend_create_reserved(tu_device("host"), 1 << 20, 0, r, &be, &err), 0);
+	ck_assert_int_eq(
+	        placefs_backend_create_reserved(tu_device("host"), 1 << 20, 0, r, &be2, &err), 0);
+	placefs_backend_get_info(be, &info);
+	placefs_backend_get_info(be2, &info2);
+	ck_assert_str_ne((char *)info.handle, (char *)info2.handle);
+	placefs_host_reserve_free(r);
+	ck_assert_uint_eq(own_rings(), before + 2);
+	placefs_backend_free(be);
+	placefs_backend_free(be2);
+	ck_assert_uint_eq(own_rings(), before);
+
+	/* A ring /dev/shm cannot hold is refused as without a reservation; the object goes. */
+	ck_assert_int_eq(statvfs("/dev/shm", &vs), 0);
+	avail = (uint64_t)vs.f_bavail * vs.f_frsize;
+	ring = (avail + (1ULL << 30)) / 4096 * 4096;
+	ck_assert_int_eq(placefs_host_reserve_start(ring, 0, &r, &err), 0);
+	placefs_error_clear(&err);
+	be = NULL;
+	ck_assert_int_eq(placefs_backend_create_reserved(tu_device("host"), ring, 0, r, &be, &err),
+	                 -ENOSPC);
+	ck_assert_ptr_null(be);
+	ck_assert_msg(strstr(err.msg, "/dev/shm has") && strstr(err.msg, "free of"), "%s", err.msg);
+	placefs_host_reserve_free(r);
+	ck_assert_uint_eq(own_rings(), before);
 }
 END_TEST
 
@@ -1345,6 +1503,7 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, test_shm_name_check);
 	tcase_add_test(tc, test_host_dest_shrunk_while_copying);
 	tcase_add_test(tc, test_host_ring_reserved);
+	tcase_add_test(tc, test_host_ring_reserved_ahead);
 	tcase_add_test(tc, test_host_ring_larger_than_shm);
 	tcase_add_test(tc, test_host_ring_name_squatted);
 	tcase_add_test(tc, test_shm_remove_stale_random_names);

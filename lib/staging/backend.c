@@ -94,6 +94,13 @@ static int chunk_size(uint64_t host_buffer, const char *spec, uint64_t *out,
 int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint64_t host_buffer,
                            struct placefs_backend **out, struct placefs_error *err)
 {
+	return placefs_backend_create_reserved(dev, ring_bytes, host_buffer, NULL, out, err);
+}
+
+int placefs_backend_create_reserved(struct placefs_device dev, uint64_t ring_bytes,
+                                    uint64_t host_buffer, struct placefs_host_reserve *reserve,
+                                    struct placefs_backend **out, struct placefs_error *err)
+{
 	const struct placefs_backend_ops *ops = NULL;
 	struct placefs_backend *be;
 	char spec[PLACEFS_DEVICE_NAME_MAX];
@@ -154,7 +161,10 @@ int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint6
 	be->info.chunk_bytes = chunk;
 	be->info.nchunks = (unsigned)n;
 	be->info.host_buffer_bytes = chunk * n;
+	if (dev.kind == PLACEFS_DEVICE_HOST)
+		be->host_reserve = reserve;
 	rc = ops->open(be, dev.index, err);
+	be->host_reserve = NULL; /* taken or not, it is the caller's again */
 	if (rc != 0) {
 		pthread_cond_destroy(&be->dest_cond);
 		pthread_mutex_destroy(&be->dest_lock);

@@ -125,6 +125,39 @@ int placefs_backend_create(struct placefs_device dev, uint64_t ring_bytes, uint6
                            struct placefs_backend **out, struct placefs_error *err);
 
 /*
+ * A host ring reserved ahead of its backend. A mount over a network file
+ * system reads shard headers for hundreds of milliseconds before its plan
+ * gives the ring's size, and reserving a host ring (posix_fallocate() of up
+ * to 256 MiB of /dev/shm: 62 ms of one CPU on a 2-vCPU VM, the time between
+ * the last header read and the mount over s3fs) can run meanwhile.
+ *
+ * placefs_host_reserve_start() creates the ring's object now (its name as
+ * a host ring's, locked as one) and starts a thread that allocates and
+ * touches host_buffer bytes of bounce memory (0: the host default), then
+ * reserves the object's pages up to `guess` bytes in 16 MiB steps (none
+ * when that is over half of /dev/shm's free space). Errors: those of ring_create
+ * (-EEXIST, -EIO) and -ENOMEM; a thread that cannot start leaves the work
+ * to the backend.
+ *
+ * placefs_backend_create_reserved() is placefs_backend_create() where a host
+ * backend takes `reserve` (borrowed; any other device ignores it): the thread
+ * stops at the ring's size, the object is cut to it or reserved up to it
+ * (-ENOSPC as without a reservation), and the bounce memory is used when it
+ * is large enough. A reservation is taken at most once.
+ *
+ * placefs_host_reserve_free() stops and joins the thread and, unless a
+ * backend took the object, unlinks it; NULL is fine.
+ */
+struct placefs_host_reserve;
+
+int placefs_host_reserve_start(uint64_t guess, uint64_t host_buffer,
+                               struct placefs_host_reserve **out, struct placefs_error *err);
+int placefs_backend_create_reserved(struct placefs_device dev, uint64_t ring_bytes,
+                                    uint64_t host_buffer, struct placefs_host_reserve *reserve,
+                                    struct placefs_backend **out, struct placefs_error *err);
+void placefs_host_reserve_free(struct placefs_host_reserve *r);
+
+/*
  * Frees everything: imported destinations, streams, bounce chunks, the ring
  * (and for host, unlinks its shm name). No copy may be in flight: callers
  * wait for their chunks first. NULL is accepted.

@@ -35,7 +35,8 @@
  * cannot supply), on a thread while the bounce chunks are written once.
  */
 
-#define SHM_DIR "/dev/shm"
+#define SHM_DIR   "/dev/shm"
+#define RING_PAGE 4096ULL
 
 struct host_priv {
 	uint8_t *ring;
@@ -164,11 +165,171 @@ static int ring_reserve(int fd, const char *name, uint64_t bytes, uint8_t *bounc
 	return 0;
 }
 
+/* ---- a ring reserved ahead (backend.h) --------------------------------------- */
+
+/* The reservation thread's step: how soon it stops once the size is known. */
+#define RESERVE_STEP (16ULL << 20)
+
+struct placefs_host_reserve {
+	pthread_t th;
+	bool started; /* th runs (or ran) host_reserve_main */
+	bool joined;
+	bool adopted; /* fd, name and bounce belong to a backend now */
+	int fd;
+	char name[64];
+	uint64_t target;   /* bytes to reserve; atomic: lowered by the adopter */
+	uint64_t reserved; /* bytes [0, reserved) reserved; the thread's until joined */
+	int rc;            /* posix_fallocate()'s first error past `reserved` */
+	uint8_t *bounce;
+	uint64_t bounce_bytes;
+};
+
+static void *host_reserve_main(void *arg)
+{
+	struct placefs_host_reserve *r = arg;
+	uint64_t n;
+
+	if (r->bounce)
+		memset(r->bounce, 0, r->bounce_bytes);
+	while (r->reserved < __atomic_load_n(&r->target, __ATOMIC_ACQUIRE)) {
+		n = __atomic_load_n(&r->target, __ATOMIC_ACQUIRE) - r->reserved;
+		if (n > RESERVE_STEP)
+			n = RESERVE_STEP;
+		do
+			r->rc = posix_fallocate(r->fd, (off_t)r->reserved, (off_t)n);
+		while (r->rc == EINTR);
+		if (r->rc != 0)
+			break;
+		r->reserved += n;
+	}
+	return NULL;
+}
+
+int placefs_host_reserve_start(uint64_t guess, uint64_t host_buffer,
+                               struct placefs_host_reserve **out, struct placefs_error *err)
+{
+	struct placefs_host_reserve *r;
+	uint64_t total, avail;
+	int rc;
+
+	*out = NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "host: out of memory");
+	r->fd = ring_create(r->name, sizeof(r->name), err);
+	if (r->fd < 0) {
+		rc = r->fd;
+		goto fail;
+	}
+	if (flock(r->fd, LOCK_SH | LOCK_NB) != 0) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "host: cannot lock shared memory \"%s\": %s", r->name,
+		                       strerror(errno));
+		goto fail_shm;
+	}
+	/*
+	 * Nothing ahead for a guess over half of what /dev/shm has free: the
+	 * adopter reserves it, or refuses it at once, as without a reservation.
+	 */
+	avail = shm_free_bytes(&total);
+	if (guess > avail / 2)
+		guess = 0;
+	r->target = guess / RING_PAGE * RING_PAGE;
+	if (host_buffer == 0)
+		host_buffer = PLACEFS_HOST_BUFFER_DEFAULT_HOST;
+	if (host_buffer <= PLACEFS_HOST_BUFFER_MAX) {
+		r->bounce_bytes = (host_buffer + RING_PAGE - 1) / RING_PAGE * RING_PAGE;
+		r->bounce = aligned_alloc(RING_PAGE, r->bounce_bytes); /* NULL: made at adoption */
+	}
+	/* No thread: the adopter reserves it all, as without a reservation. */
+	r->started = pthread_create(&r->th, NULL, host_reserve_main, r) == 0;
+	*out = r;
+	return 0;
+
+fail_shm:
+	shm_unlink(r->name);
+	close(r->fd);
+fail:
+	free(r);
+	return rc;
+}
+
+static void reserve_join(struct placefs_host_reserve *r)
+{
+	if (r->started && !r->joined) {
+		pthread_join(r->th, NULL);
+		r->joined = true;
+	}
+}
+
+void placefs_host_reserve_free(struct placefs_host_reserve *r)
+{
+	if (!r)
+		return;
+	__atomic_store_n(&r->target, 0, __ATOMIC_RELEASE);
+	reserve_join(r);
+	if (!r->adopted) {
+		shm_unlink(r->name);
+		close(r->fd);
+		free(r->bounce);
+	}
+	free(r);
+}
+
+/*
+ * Takes r's object for a ring of `bytes` and its bounce memory when large
+ * enough: the thread stops at `bytes`, the object is cut to it when more
+ * was reserved and reserved up to it when less (a /dev/shm that cannot
+ * hold it fails as ring_reserve() fails). On success fd and name are hp's
+ * and be->host_buf is set (touched); on failure nothing changed hands but
+ * what r still frees.
+ */
+static int reserve_adopt(struct placefs_host_reserve *r, struct placefs_backend *be,
+                         struct host_priv *hp, int *fdp, struct placefs_error *err)
+{
+	uint64_t bytes = be->info.ring_bytes, total;
+	int rc;
+
+	if (__atomic_load_n(&r->target, __ATOMIC_ACQUIRE) > bytes)
+		__atomic_store_n(&r->target, bytes, __ATOMIC_RELEASE);
+	reserve_join(r);
+	if (r->reserved > bytes && ftruncate(r->fd, (off_t)bytes) != 0)
+		return placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                         "host: cannot cut the ring \"%s\" to %llu bytes: %s",
+		                         r->name, (unsigned long long)bytes, strerror(errno));
+	if (r->reserved < bytes) {
+		if (shm_free_bytes(&total) < bytes - r->reserved)
+			return reserve_fail(r->name, bytes, -ENOSPC, err);
+		do
+			rc = posix_fallocate(r->fd, (off_t)r->reserved,
+			                     (off_t)(bytes - r->reserved));
+		while (rc == EINTR);
+		if (rc != 0)
+			return reserve_fail(r->name, bytes, -rc, err);
+	}
+	if (r->bounce && r->bounce_bytes >= be->info.host_buffer_bytes) {
+		be->host_buf = r->bounce;
+		r->bounce = NULL;
+	} else {
+		be->host_buf = aligned_alloc(RING_PAGE, be->info.host_buffer_bytes);
+		if (!be->host_buf)
+			return placefs_error_set(
+			        err, -ENOMEM, PLACEFS_E_NOMEM,
+			        "host: cannot allocate %llu bytes of bounce buffers",
+			        (unsigned long long)be->info.host_buffer_bytes);
+		memset(be->host_buf, 0, be->info.host_buffer_bytes);
+	}
+	memcpy(hp->name, r->name, sizeof(hp->name));
+	*fdp = r->fd;
+	r->adopted = true;
+	return 0;
+}
+
 static int host_open(struct placefs_backend *be, int device, struct placefs_error *err)
 {
 	struct host_priv *hp;
 	uint64_t ring_bytes = be->info.ring_bytes;
-	int fd, rc;
+	int fd = -1, rc;
 
 	(void)device;
 	if (ring_bytes > (uint64_t)SIZE_MAX || ring_bytes > (uint64_t)INT64_MAX)
@@ -178,6 +339,14 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 	hp = calloc(1, sizeof(*hp));
 	if (!hp)
 		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "host: out of memory");
+	if (be->host_reserve && !be->host_reserve->adopted) {
+		rc = reserve_adopt(be->host_reserve, be, hp, &fd, err);
+		if (rc != 0) {
+			free(hp);
+			return rc;
+		}
+		goto map;
+	}
 	fd = ring_create(hp->name, sizeof(hp->name), err);
 	if (fd < 0) {
 		rc = fd;
@@ -190,7 +359,7 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 		                       strerror(errno));
 		goto fail_size;
 	}
-	be->host_buf = aligned_alloc(4096, be->info.host_buffer_bytes);
+	be->host_buf = aligned_alloc(RING_PAGE, be->info.host_buffer_bytes);
 	if (!be->host_buf) {
 		rc = placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM,
 		                       "host: cannot allocate %llu bytes of bounce buffers",
@@ -204,6 +373,7 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 	rc = ring_reserve(fd, hp->name, ring_bytes, be->host_buf, be->info.host_buffer_bytes, err);
 	if (rc != 0)
 		goto fail_buf;
+map:
 	hp->ring = mmap(NULL, (size_t)ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (hp->ring == MAP_FAILED) {
 		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,

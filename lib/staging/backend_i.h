@@ -106,6 +106,8 @@ struct placefs_backend {
 	struct placefs_backend_info info;
 	uint8_t *host_buf; /* info.nchunks * info.chunk_bytes, set by open() */
 	void *priv;        /* the backend's own state */
+	/* host: a reservation to take in open() (placefs_backend_create_reserved()) */
+	struct placefs_host_reserve *host_reserve;
 
 	/* Imported copy-mode destinations (backend.c), all behind dest_lock. */
 	pthread_mutex_t dest_lock;

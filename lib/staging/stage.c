@@ -377,7 +377,8 @@ int placefs_stager_create(const struct placefs_stager_config *cfg, struct placef
 	st->slice_read = slice_read;
 	st->direct = direct;
 	st->gate = cfg->gate;
-	rc = placefs_backend_create(cfg->device, cfg->ring_bytes, cfg->host_buffer, &st->be, err);
+	rc = placefs_backend_create_reserved(cfg->device, cfg->ring_bytes, cfg->host_buffer,
+	                                     cfg->host_reserve, &st->be, err);
 	if (rc != 0 || !st->be) {
 		free(st);
 		return rc; /* "none" ends here with *out = NULL */

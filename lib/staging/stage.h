@@ -153,6 +153,11 @@ struct placefs_stager_config {
 	 * one of its slots. It must outlive the stager.
 	 */
 	struct placefs_gate *gate;
+	/*
+	 * NULL, or a host ring reserved ahead (backend.h), borrowed: a host
+	 * stager takes it (placefs_backend_create_reserved()).
+	 */
+	struct placefs_host_reserve *host_reserve;
 };
 
 /* Per-request options; a NULL pointer means all defaults. */
