@@ -332,6 +332,29 @@ static int run_loop(struct fuse_session *se, const struct placefs_opts *o)
 	return ret;
 }
 
+/*
+ * CUDA's start for the devices the mount will stage to, beside the header
+ * reads (placefs_backend_cuda_warm_start()): the first GPU by default (what
+ * the default takes when there is one), every one for cuda:all, the CUDA
+ * devices of a list; nothing for host or none.
+ */
+static int start_cuda(const struct placefs_opts *o, struct placefs_cuda_warm **out,
+                      struct placefs_error *err)
+{
+	int devs[PLACEFS_DEVICES_MAX];
+	unsigned n = 0;
+
+	if (o->device_auto) {
+		devs[n++] = 0;
+	} else if (!o->devices.all) {
+		for (unsigned i = 0; i < o->devices.n && i < PLACEFS_DEVICES_MAX; i++)
+			if (o->devices.items[i].kind == PLACEFS_DEVICE_CUDA)
+				devs[n++] = o->devices.items[i].index;
+	}
+	return placefs_backend_cuda_warm_start(devs, n, !o->device_auto && o->devices.all, out,
+	                                       err);
+}
+
 int main(int argc, char *argv[])
 {
 	struct placefs_opts opts;
@@ -346,6 +369,7 @@ int main(int argc, char *argv[])
 	int ready_fd = -1;
 	int status = PLACEFS_EXIT_ERROR;
 	bool gate_off_fuse = false;
+	struct placefs_cuda_warm *warm = NULL;
 	int ret;
 
 	memset(&opts, 0, sizeof(opts));
@@ -398,12 +422,17 @@ int main(int argc, char *argv[])
 	 * The daemon forks before it reads the checkpoint, so that work that
 	 * does not need the plan runs beside the header reads (hundreds of
 	 * milliseconds on a network file system) in the process that keeps it:
-	 * a host ring's reservation. Until daemon_ready() the child reports
+	 * a host ring's reservation, CUDA's start. Until daemon_ready() the child reports
 	 * errors on this terminal and the starting process exits with its status.
 	 */
 	if (daemon_start(opts.foreground, &ready_fd) != 0) {
 		fprintf(stderr, "placefs: cannot daemonize: %s\n", strerror(errno));
 		status = PLACEFS_EXIT_MOUNT;
+		goto out_opts;
+	}
+	if (start_cuda(&opts, &warm, &err) < 0) {
+		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
+		status = PLACEFS_EXIT_STAGING;
 		goto out_opts;
 	}
 	if (!opts.device_auto && !opts.devices.all && opts.devices.n == 1 &&
@@ -475,6 +504,8 @@ int main(int argc, char *argv[])
 		goto out_session;
 	}
 	status = PLACEFS_EXIT_STAGING;
+	placefs_backend_cuda_warm_free(warm);
+	warm = NULL;
 	if (placefs_ioctl_create(&m, &m.stage, &err) < 0) {
 		fprintf(stderr, "placefs: %s; nothing mounted\n", err.msg);
 		goto out_signals;
@@ -546,6 +577,7 @@ out_plan:
 out_ckpt:
 	placefs_ckpt_free(ck);
 out_opts:
+	placefs_backend_cuda_warm_free(warm);
 	placefs_host_reserve_free(m.host_reserve);
 	placefs_opts_release(&opts);
 	return status;

@@ -1313,6 +1313,49 @@ START_TEST(test_ipc_past_allocation)
 }
 END_TEST
 
+START_TEST(test_cuda_warm)
+{
+	/* CUDA started ahead leaves the backends as they were: made, or refused alike. */
+	struct placefs_cuda_warm *w = (struct placefs_cuda_warm *)1;
+	struct placefs_backend *be = NULL;
+	struct placefs_error err;
+	int zero = 0, n, rc;
+
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_backend_cuda_warm_start(&zero, 0, 0, &w, &err), 0);
+	ck_assert_ptr_null(w);
+	placefs_backend_cuda_warm_free(NULL);
+	ck_assert_int_eq(placefs_backend_cuda_warm_start(&zero, 1, 0, &w, &err), 0);
+#ifndef HAVE_CUDA
+	ck_assert_ptr_null(w);
+#else
+	ck_assert_ptr_nonnull(w);
+#endif
+	placefs_backend_cuda_warm_free(w);
+	ck_assert_int_eq(placefs_backend_cuda_warm_start(NULL, 0, 1, &w, &err), 0);
+	placefs_backend_cuda_warm_free(w);
+
+	n = placefs_backend_cuda_devices(&err);
+	placefs_error_clear(&err);
+	rc = placefs_backend_create(tu_device("cuda:0"), 1 << 20, 0, &be, &err);
+	if (n > 0) {
+		ck_assert_msg(rc == 0, "%s", err.msg);
+		ck_assert_ptr_nonnull(be);
+		placefs_backend_free(be);
+		return;
+	}
+	ck_assert_ptr_null(be);
+#ifndef HAVE_CUDA
+	ck_assert_int_eq(rc, -EOPNOTSUPP);
+#else
+	ck_assert_int_eq(rc, -ENODEV);
+	ck_assert_msg(strncmp(err.msg, "cuda:0 requested but no CUDA device is available: ", 50) ==
+	                      0,
+	              "%s", err.msg);
+#endif
+}
+END_TEST
+
 START_TEST(test_cuda)
 {
 	struct placefs_backend *be = (struct placefs_backend *)1;
@@ -1512,6 +1555,7 @@ static Suite *backend_suite(void)
 	tc = tcase_create("cuda");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_cuda);
+	tcase_add_test(tc, test_cuda_warm);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -175,6 +175,73 @@ int placefs_backend_create_reserved(struct placefs_device dev, uint64_t ring_byt
 	return 0;
 }
 
+struct placefs_cuda_warm {
+	pthread_t th;
+	int all;
+	unsigned n;
+	int devices[PLACEFS_DEVICES_MAX];
+};
+
+#ifdef HAVE_CUDA
+static void *cuda_warm_main(void *arg)
+{
+	struct placefs_cuda_warm *w = arg;
+	struct placefs_error err;
+	int count;
+
+	if (w->all) {
+		placefs_error_clear(&err);
+		count = placefs__cuda_device_count(&err);
+		for (int d = 0; d < count && d < PLACEFS_DEVICES_MAX; d++)
+			placefs__cuda_warm(d);
+		return NULL;
+	}
+	for (unsigned i = 0; i < w->n; i++)
+		placefs__cuda_warm(w->devices[i]);
+	return NULL;
+}
+#endif
+
+int placefs_backend_cuda_warm_start(const int *devices, unsigned n, int all,
+                                    struct placefs_cuda_warm **out, struct placefs_error *err)
+{
+	*out = NULL;
+#ifdef HAVE_CUDA
+	struct placefs_cuda_warm *w;
+
+	if (n > PLACEFS_DEVICES_MAX)
+		n = PLACEFS_DEVICES_MAX;
+	if (!all && n == 0)
+		return 0;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "cuda: out of memory");
+	w->all = all;
+	w->n = n;
+	if (n)
+		memcpy(w->devices, devices, n * sizeof(*devices));
+	if (pthread_create(&w->th, NULL, cuda_warm_main, w) != 0) {
+		free(w);
+		return 0;
+	}
+	*out = w;
+#else
+	(void)devices;
+	(void)n;
+	(void)all;
+	(void)err;
+#endif
+	return 0;
+}
+
+void placefs_backend_cuda_warm_free(struct placefs_cuda_warm *w)
+{
+	if (!w)
+		return;
+	pthread_join(w->th, NULL);
+	free(w);
+}
+
 static void dest_drop(struct placefs_backend *be, struct placefs__dest_entry *e)
 {
 	if (e->kind == PLACEFS_IOC_HANDLE_HOST_SHM) {

@@ -158,6 +158,25 @@ int placefs_backend_create_reserved(struct placefs_device dev, uint64_t ring_byt
 void placefs_host_reserve_free(struct placefs_host_reserve *r);
 
 /*
+ * CUDA started ahead of its backends. Starting the driver and a device's
+ * primary context takes a large part of a CUDA mount's start-up, and needs
+ * nothing the checkpoint says: placefs_backend_cuda_warm_start() does it on
+ * a thread of its own, beside the header reads, for devices[0..n) or, with
+ * `all`, every device present. The backends created later find it done.
+ * *out is NULL (and 0 returned) where there is nothing to start: a build
+ * without CUDA, no device given, or a thread that cannot start; -ENOMEM.
+ * Failures (no driver, no such device) are not reported here: the backend
+ * reports them as it would without this.
+ *
+ * placefs_backend_cuda_warm_free() waits for the thread; NULL is fine.
+ */
+struct placefs_cuda_warm;
+
+int placefs_backend_cuda_warm_start(const int *devices, unsigned n, int all,
+                                    struct placefs_cuda_warm **out, struct placefs_error *err);
+void placefs_backend_cuda_warm_free(struct placefs_cuda_warm *w);
+
+/*
  * Frees everything: imported destinations, streams, bounce chunks, the ring
  * (and for host, unlinks its shm name). No copy may be in flight: callers
  * wait for their chunks first. NULL is accepted.

@@ -108,6 +108,13 @@ int placefs__cuda_device_count(struct placefs_error *err)
 	return n;
 }
 
+void placefs__cuda_warm(int device)
+{
+	if (cudaSetDevice(device) == cudaSuccess)
+		cudaFree(0); /* makes the primary context current */
+	cudaGetLastError();
+}
+
 /*
  * Creates n non-blocking streams, each with an event (cudaEventDisableTiming
  * | ev_flags) for its last copy. On failure the slot that failed is NULL and

@@ -145,6 +145,12 @@ extern int (*placefs__shm_random)(uint64_t *r);
 extern const struct placefs_backend_ops placefs__cuda_ops;
 /* cudaGetDeviceCount(), as a count or -ENODEV with the CUDA error in err. */
 int placefs__cuda_device_count(struct placefs_error *err);
+/*
+ * Starts CUDA on `device` (the driver and the device's primary context), for
+ * placefs_backend_cuda_warm_start(); failures are left for the backend to
+ * report.
+ */
+void placefs__cuda_warm(int device);
 #endif
 
 #endif
