@@ -39,7 +39,7 @@ def main():
     import torch
     import placefs
     from placefs import _torch, loader
-    from placefs._ioctl import Destination, stage_batch
+    from placefs._ioctl import Destination
 
     torch.empty(1, device=device)
     torch.cuda.synchronize()
@@ -66,7 +66,11 @@ def main():
                                                                                 size))
                             ok = r.nbytes == c[0][0].nbytes
                         else:
-                            res = stage_batch(fd, "copy", dest, [(t.index, o) for t, o in c])
+                            # EAGAIN (every worker the daemon lends to batches
+                            # busy) is retried briefly, as the loader does.
+                            res = loader._batch_retrying(fd, "copy", dest,
+                                                         [(t.index, o) for t, o in c], 0,
+                                                         "batch of %d" % len(c))
                             ok = all(err == 0 and nb == t.nbytes
                                      for (t, _), (nb, err, _f) in zip(c, res))
                         b = time.perf_counter()
