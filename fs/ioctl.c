@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "staging/fill.h"
 #include "staging/gate.h"
+#include "staging/lookahead.h"
 #include "ioctl.h"
 #include "log.h"
 #include "common/size.h"
@@ -619,6 +620,47 @@ static struct placefs_devices choose_devices(const struct placefs_opts *o, char 
 	return none;
 }
 
+/*
+ * The mount's lookahead: every shard with a selected tensor, in shard order,
+ * over the bytes from its first selected tensor to the end of its last, one
+ * read per MiB (a divisor of s3fs's fetches, multiples of 10 MiB), over the
+ * first 128 MiB after the reader's shard.
+ */
+#define LOOKAHEAD_STRIDE (1ULL << 20)
+#define LOOKAHEAD_WINDOW (128ULL << 20)
+
+static int lookahead_create(struct placefs_ioctl *fs, struct placefs_error *err)
+{
+	const struct placefs_mount *m = fs->m;
+	size_t n = placefs_ckpt_shard_count(m->ckpt), i;
+	struct placefs_lookahead_shard *sh;
+	int rc;
+
+	sh = calloc(n ? n : 1, sizeof(*sh));
+	if (!sh)
+		return placefs_error_set(err, -ENOMEM, PLACEFS_E_NOMEM, "out of memory");
+	for (i = 0; i < n; i++) {
+		sh[i].fd = placefs_ckpt_shard(m->ckpt, i)->fd;
+		sh[i].lo = UINT64_MAX;
+	}
+	for (i = 0; i < placefs_plan_count(m->plan); i++) {
+		const struct placefs_tensor *t = placefs_plan_entry(m->plan, i)->tensor;
+		struct placefs_lookahead_shard *s = &sh[t->shard];
+
+		if (t->offset < s->lo)
+			s->lo = t->offset;
+		if (t->offset + t->nbytes > s->hi)
+			s->hi = t->offset + t->nbytes;
+	}
+	for (i = 0; i < n; i++)
+		if (sh[i].lo > sh[i].hi)
+			sh[i].lo = sh[i].hi = 0; /* nothing selected there */
+	rc = placefs_lookahead_create(sh, n, LOOKAHEAD_STRIDE, LOOKAHEAD_WINDOW, &fs->lookahead,
+	                              err);
+	free(sh);
+	return rc;
+}
+
 static int ioctl_init(struct placefs_ioctl *fs, struct placefs_mount *m)
 {
 	size_t i, n = placefs_plan_count(m->plan);
@@ -701,6 +743,14 @@ int placefs_ioctl_create(struct placefs_mount *m, struct placefs_ioctl **out,
 
 		placefs_error_clear(&e);
 		rc = placefs_filler_create(&fc, &fs->fill, &e);
+		if (rc != 0) {
+			placefs_error_set(err, rc, e.kind, "staging: %s", e.msg);
+			placefs_ioctl_free(fs);
+			return rc;
+		}
+	}
+	if (m->lookahead) {
+		rc = lookahead_create(fs, &e);
 		if (rc != 0) {
 			placefs_error_set(err, rc, e.kind, "staging: %s", e.msg);
 			placefs_ioctl_free(fs);
@@ -872,6 +922,7 @@ void placefs_ioctl_free(struct placefs_ioctl *fs)
 		pthread_join(fs->bthreads[i], NULL);
 	placefs_log_limit_flush(&fs->loglim, "staging");
 	placefs_stagers_free(fs->ss);
+	placefs_lookahead_free(fs->lookahead);
 	placefs_gate_free(fs->gate); /* after the stagers, which borrow it */
 	placefs_filler_free(fs->fill);
 	for (i = 0; i < LEASE_BUCKETS; i++) {

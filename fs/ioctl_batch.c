@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "staging/fill.h"
 #include "staging/gate.h"
+#include "staging/lookahead.h"
 #include "ioctl.h"
 #include "log.h"
 #include "common/size.h"
@@ -131,6 +132,7 @@ static int batch_move(struct bjob *j, const struct placefs_tensor *t, uint64_t o
 		dlp = &dl;
 	}
 	fd = placefs_ckpt_shard(m->ckpt, t->shard)->fd;
+	placefs_lookahead_at(fs->lookahead, t->shard);
 	if (io->mode == PLACEFS_IOC_STAGE_READ) {
 		struct placefs_fill_opts fo = {.deadline = dlp,
 		                               .cancel = &j->r.cancel,

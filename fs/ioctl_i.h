@@ -167,6 +167,8 @@ struct placefs_ioctl {
 	unsigned nst;                /* placefs_stagers_count(ss) */
 	struct placefs_filler *fill; /* READ mode: shard -> caller's shm, no ring */
 	struct placefs_gate *gate;   /* the stagers' disk reads; NULL: -o disk_streams=0 */
+	/* The next shards' fetches (lib/staging/lookahead.h); NULL: -o lookahead off. */
+	struct placefs_lookahead *lookahead;
 
 	/* The batch pool (STAGE_BATCH): its threads run entries of the oldest job. */
 	pthread_mutex_t block;

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "staging/fill.h"
 #include "staging/gate.h"
+#include "staging/lookahead.h"
 #include "ioctl.h"
 #include "log.h"
 #include "common/size.h"
@@ -105,6 +106,7 @@ static void run_stage(struct sreq *r)
 	struct placefs_ioc_stage *io = &r->io;
 	int rc;
 
+	placefs_lookahead_at(fs->lookahead, t->shard);
 	if (io->timeout_ns && io->timeout_ns <= TIMEOUT_MAX_NS) {
 		dl = placefs_clock_deadline(io->timeout_ns);
 		o.deadline = &dl;

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "staging/fill.h"
 #include "staging/gate.h"
+#include "staging/lookahead.h"
 #include "ioctl.h"
 #include "log.h"
 #include "common/size.h"
@@ -136,7 +137,7 @@ static const struct placefs_stat read_rows[] = {
 
 /* STAGE_BATCH, last. */
 struct batch_view {
-	uint64_t threads, requests, entries, failed, moves;
+	uint64_t threads, requests, entries, failed, moves, lookahead;
 };
 
 #define BATCH(path, member) PLACEFS_STAT(path, U64, 0, struct batch_view, member)
@@ -144,7 +145,7 @@ struct batch_view {
 static const struct placefs_stat batch_rows[] = {
         BATCH("batch.threads", threads), BATCH("batch.requests", requests),
         BATCH("batch.entries", entries), BATCH("batch.failed", failed),
-        BATCH("batch.moves", moves),
+        BATCH("batch.moves", moves),     BATCH("lookahead_reads", lookahead),
 };
 
 static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
@@ -160,6 +161,7 @@ static void read_stats(const struct placefs_ioctl *fs, struct placefs_stats *w)
 		b.entries = atomic_load_explicit(&fs->batch_entries, memory_order_relaxed);
 		b.failed = atomic_load_explicit(&fs->batch_failed, memory_order_relaxed);
 		b.moves = atomic_load_explicit(&fs->batch_moves, memory_order_relaxed);
+		b.lookahead = placefs_lookahead_probes(fs->lookahead);
 	}
 	placefs_stats_table(w, batch_rows, PLACEFS_STATS_ROWS(batch_rows),
 	                    (const void *const[]){&b});

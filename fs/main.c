@@ -95,6 +95,23 @@ static bool shards_on_fuse(const struct placefs_ckpt *ck)
 	return n > 0;
 }
 
+/*
+ * Whether every shard is on s3fs ("fuse.s3fs" in mountinfo): the client
+ * -o lookahead serves by default (lib/staging/lookahead.h).
+ */
+static bool shards_on_s3fs(const struct placefs_ckpt *ck)
+{
+	size_t n = placefs_ckpt_shard_count(ck);
+	char type[64];
+
+	for (size_t i = 0; i < n; i++)
+		if (placefs_io_fs_type_name(placefs_ckpt_shard(ck, i)->fd, type, sizeof(type)) !=
+		            0 ||
+		    strcmp(type, "fuse.s3fs") != 0)
+			return false;
+	return n > 0;
+}
+
 /* Undoes mountinfo's octal escapes (space is \\040) in place. */
 static void unescape_mountinfo(char *s)
 {
@@ -475,6 +492,7 @@ int main(int argc, char *argv[])
 		status = placefs_error_exit_status(&err);
 		goto out_mount_state;
 	}
+	m.lookahead = opts.lookahead > 0 || (opts.lookahead == 0 && shards_on_s3fs(ck));
 
 	status = PLACEFS_EXIT_MOUNT;
 	ops = placefs_ops_table(&ops_size);
@@ -543,6 +561,12 @@ int main(int argc, char *argv[])
 	 */
 	log_summary(&m, &opts);
 	placefs_ioctl_log(m.stage);
+	if (m.lookahead)
+		placefs_log(LOG_INFO,
+		            "lookahead: reading a shard starts the storage client's "
+		            "fetches of the next 128 MiB of shards (%s)",
+		            opts.lookahead > 0 ? "-o lookahead=1"
+		                               : "shards on s3fs; -o lookahead=0 turns it off");
 	if (gate_off_fuse && placefs_ioctl_plan_line(m.stage)[0])
 		placefs_log(LOG_INFO, "the shards are on a FUSE file system: staging reads are not "
 		                      "held back by the disk gate (-o disk_streams=N sets one)");

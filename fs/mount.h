@@ -142,6 +142,12 @@ struct placefs_mount {
 	 * NULL otherwise. main() frees it.
 	 */
 	struct placefs_host_reserve *host_reserve;
+	/*
+	 * Whether the ioctls start the storage client's fetches of the shards
+	 * after the one they read (lib/staging/lookahead.h): -o lookahead, or
+	 * by default shards on s3fs. Set by main().
+	 */
+	bool lookahead;
 
 	struct placefs_counters ctr;
 

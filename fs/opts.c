@@ -33,6 +33,7 @@ struct parse_ctx {
 	char *max_background;
 	char *zero_copy;
 	char *direct_copy;
+	char *lookahead;
 	char *stage_timeout;
 	char *max_waiting;
 	char *user_share;
@@ -72,6 +73,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("max_background=%s", max_background),
         CTX_OPT("zero_copy=%s", zero_copy),
         CTX_OPT("direct_copy=%s", direct_copy),
+        CTX_OPT("lookahead=%s", lookahead),
         CTX_OPT("stage_timeout=%s", stage_timeout),
         CTX_OPT("max_waiting=%s", max_waiting),
         CTX_OPT("user_share=%s", user_share),
@@ -111,7 +113,7 @@ static const char *const own_names[] = {
         "readahead",        "host_buffer", "ring_size",     "push_threads",
         "max_background",   "zero_copy",   "stage_timeout", "max_waiting",
         "user_share",       "noprefetch",  "prefix",        "max_threads",
-        "max_idle_threads", "direct_copy", "disk_streams",
+        "max_idle_threads", "direct_copy", "disk_streams",  "lookahead",
 };
 
 /*
@@ -597,7 +599,8 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	}
 	o->prefetch = !ctx.noprefetch;
 	if ((rc = parse_switch(ctx.zero_copy, "zero_copy", &o->zero_copy, err)) < 0 ||
-	    (rc = parse_switch(ctx.direct_copy, "direct_copy", &o->direct_copy, err)) < 0)
+	    (rc = parse_switch(ctx.direct_copy, "direct_copy", &o->direct_copy, err)) < 0 ||
+	    (rc = parse_switch(ctx.lookahead, "lookahead", &o->lookahead, err)) < 0)
 		goto out;
 	if (ctx.push_threads &&
 	    (rc = parse_count(ctx.push_threads, "push_threads", 0, PLACEFS_PUSH_THREADS_MAX,
@@ -676,6 +679,7 @@ out:
 	free(ctx.max_background);
 	free(ctx.zero_copy);
 	free(ctx.direct_copy);
+	free(ctx.lookahead);
 	free(ctx.stage_timeout);
 	free(ctx.max_waiting);
 	free(ctx.user_share);
@@ -738,6 +742,9 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o ring_size=SIZE      device memory of the staging ring (default: the\n"
 	        "                           staging limit); at least the limit\n"
 	        "    -o noprefetch          stage only what is asked for, nothing ahead\n"
+	        "    -o lookahead=0|1       while a shard is staged, start the storage client's\n"
+	        "                           fetches of the next 128 MiB of shards (default: 1\n"
+	        "                           for shards on s3fs, else 0)\n"
 	        "    -o read_mode=MODE      how tensor bytes are served: mmap (default: one copy,\n"
 	        "                           from a read-only mapping of each shard) or pread\n"
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/io.h"
@@ -433,6 +434,37 @@ START_TEST(test_on_network_fs)
 }
 END_TEST
 
+START_TEST(test_fs_type_name)
+{
+	/* The type mountinfo gives each file's mount, matched by device. */
+	char t[64], small[4];
+	int fd;
+
+	fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(placefs_io_fs_type_name(fd, t, sizeof(t)), 0);
+	ck_assert_str_eq(t, "proc");
+	/* Truncated to the buffer, NUL-terminated. */
+	ck_assert_int_eq(placefs_io_fs_type_name(fd, small, sizeof(small)), 0);
+	ck_assert_str_eq(small, "pro");
+	ck_assert_int_eq(placefs_io_fs_type_name(fd, small, 0), -EINVAL);
+	close(fd);
+	fd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		struct statfs sf;
+
+		/* Where /dev/shm is a tmpfs of its own (not a directory of another file system). */
+		if (fstatfs(fd, &sf) == 0 && (unsigned long)sf.f_type == 0x01021994UL) {
+			ck_assert_int_eq(placefs_io_fs_type_name(fd, t, sizeof(t)), 0);
+			ck_assert_str_eq(t, "tmpfs");
+		}
+		close(fd);
+	}
+	ck_assert_int_eq(placefs_io_fs_type_name(-1, t, sizeof(t)), -EBADF);
+	ck_assert_str_eq(t, "");
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
 	Suite *s = suite_create("io");
@@ -450,6 +482,7 @@ static Suite *io_suite(void)
 	tcase_add_test(tc, test_write_full_pipe);
 	tcase_add_test(tc, test_random);
 	tcase_add_test(tc, test_on_network_fs);
+	tcase_add_test(tc, test_fs_type_name);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -569,7 +569,8 @@ else
 fi
 for opt in device=cuda:1024 device=cuda:-1 device=gpu host_buffer=1K host_buffer=8G \
 	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M zero_copy=2 zero_copy=on \
-	direct_copy=2 direct_copy=yes direct_copy= disk_streams=65 disk_streams=-1 disk_streams=two; do
+	direct_copy=2 direct_copy=yes direct_copy= disk_streams=65 disk_streams=-1 disk_streams=two \
+	lookahead=2 lookahead=on lookahead=; do
 	st=0
 	tmo 20 "$PLACEFS" -f -o "$opt" seed.safetensors "$MP" >bad.out 2>&1 || st=$?
 	[ "$st" -eq 2 ] || fail "-o $opt: exit $st, expected 2: $(cat bad.out)"
@@ -630,6 +631,37 @@ for dc in - 1 0 env0 env0+1; do
 	umount_fs "$MP"
 done
 note "-o direct_copy: default and 1 direct, 0 and PLACEFS_STAGE_DIRECT=0 through the ring, bytes exact"
+
+# -o lookahead: reading a shard reads one byte per MiB of the next 128 MiB (for
+# s3fs, where that starts the fetches; on by default only there). On a local
+# directory: off by default (no such reads), on when asked, and the bytes
+# staged are the source's either way.
+tmo 60 "$MKCKPT" -q --llama 2:256:512:4096 --shards 3 --index la-ckpt ||
+	fail "placefs-mkckpt for the lookahead checkpoint"
+for la in - 1; do
+	o=
+	[ "$la" = - ] || o=,lookahead=$la
+	mount_fs la-ckpt "$MP" -o "device=host$o"
+	out=$(tmo 30 "$STAGE" --all "$MP" --mode copy --verify -q) || fail "lookahead $la: $out"
+	n=$(stat_get "$MP" staging.lookahead_reads)
+	if [ "$la" = 1 ]; then
+		grep -q 'lookahead: reading a shard starts the storage client.s fetches of the next 128 MiB of shards (-o lookahead=1)' \
+			"$MOUNT_LOG" || fail "-o lookahead=1: not in the log"
+		# The walk runs beside the stages: it may end after them.
+		i=0
+		while [ "$n" -eq 0 ] && [ $i -lt 100 ]; do
+			sleep 0.05
+			i=$((i + 1))
+			n=$(stat_get "$MP" staging.lookahead_reads)
+		done
+		[ "$n" -gt 0 ] || fail "-o lookahead=1: no lookahead reads after placefs-stage --all"
+	else
+		grep -q 'lookahead:' "$MOUNT_LOG" && fail "lookahead on for a local directory"
+		[ "$n" -eq 0 ] || fail "lookahead off: $n lookahead reads"
+	fi
+	umount_fs "$MP"
+done
+note "-o lookahead: off by default on a local directory, on with =1 ($n reads), bytes exact"
 
 # Daemonized with staging: returns once the mount is live, stages, unmounts.
 tmo 30 "$PLACEFS" -o buffer_size=8M,device=host seed.safetensors "$MP" ||

@@ -15,7 +15,8 @@
 # few tensors cpu-placed. Checked (tests/remote-common.sh): every tensor
 # byte-exact through verify_mount, cat, mmap, placefs-stage --all --verify,
 # load_state_dict and iter_weights (device cpu) and the views read with the
-# package's stdlib safetensors reader; the disk gate off (shards on FUSE).
+# package's stdlib safetensors reader; the disk gate off (shards on FUSE);
+# the lookahead on (shards on s3fs), its reads counted.
 # Then the faults, each with every read compared with the source (a read
 # that returns other bytes fails the test at once):
 #  1. an object rewritten in the bucket with another size, then with the same
@@ -100,6 +101,17 @@ grep -q 'FUSE file system: staging reads are not held back' "$P_LOG" ||
 	fail "placefs did not leave the disk gate off for shards on s3fs"
 remote_checks "$P" "$SRC"
 [ "$(stat_get "$P" staging.disk.streams)" = 0 ] || fail "staging.disk.streams is not 0 on s3fs"
+grep -q 'lookahead: reading a shard starts .* (shards on s3fs' "$P_LOG" ||
+	fail "placefs did not turn the lookahead on for shards on s3fs"
+n=0
+i=0
+while [ "$n" -eq 0 ] && [ $i -lt 100 ]; do
+	n=$(stat_get "$P" staging.lookahead_reads)
+	i=$((i + 1))
+	[ "$n" -gt 0 ] || sleep 0.05
+done
+[ "$n" -gt 0 ] || fail "no lookahead reads on s3fs after the loads"
+note "lookahead on (shards on s3fs): $n reads"
 
 # ---- 1. objects rewritten in the bucket ----
 {

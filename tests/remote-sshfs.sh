@@ -103,6 +103,8 @@ P_LOG=$MOUNT_LOG
 grep -q 'FUSE file system: staging reads are not held back' "$P_LOG" ||
 	fail "placefs did not leave the disk gate off for shards on sshfs"
 remote_checks "$P" "$SRC"
+! grep -q 'lookahead:' "$P_LOG" || fail "the lookahead is on for shards on sshfs (only s3fs's default)"
+[ "$(stat_get "$P" staging.lookahead_reads)" = 0 ] || fail "lookahead reads on sshfs"
 
 # ---- 1. a shard rewritten on the server ----
 {

@@ -2,6 +2,10 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/random.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -154,4 +158,45 @@ int placefs_io_on_fuse(int fd)
 	uint32_t type;
 
 	return fs_type(fd, &type) == 0 && type == FUSE_MAGIC;
+}
+
+int placefs_io_fs_type_name(int fd, char *out, size_t len)
+{
+	char line[4096], dev[32];
+	struct stat st;
+	int rc = -ENOENT;
+	FILE *f;
+
+	if (len == 0)
+		return -EINVAL;
+	out[0] = '\0';
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	snprintf(dev, sizeof(dev), "%u:%u", major(st.st_dev), minor(st.st_dev));
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return -errno;
+	/* "ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER" */
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line, *sep, *end;
+
+		p = strchr(p, ' ');
+		if (!p || !(p = strchr(p + 1, ' ')))
+			continue;
+		p++;
+		end = strchr(p, ' ');
+		if (!end || (size_t)(end - p) != strlen(dev) ||
+		    strncmp(p, dev, (size_t)(end - p)) != 0)
+			continue;
+		sep = strstr(end, " - ");
+		if (!sep)
+			continue;
+		p = sep + 3;
+		end = p + strcspn(p, " \n");
+		snprintf(out, len, "%.*s", (int)(end - p), p);
+		rc = 0;
+		break;
+	}
+	fclose(f);
+	return rc;
 }

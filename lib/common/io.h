@@ -54,4 +54,13 @@ int placefs_io_on_network_fs(int fd);
 /* Whether fd lies on a FUSE file system (one of the above). 1 or 0; 0 when fstatfs() fails. */
 int placefs_io_on_fuse(int fd);
 
+/*
+ * The type /proc/self/mountinfo gives the mount of fd's file system (the
+ * one whose device, major:minor, is fd's st_dev): "ext4", "tmpfs",
+ * "fuse.s3fs" (FUSE's type and the client's subtype). 0 with the type in
+ * out (truncated to len - 1 bytes), -ENOENT where no mount has that device,
+ * or the errno of fstat() or of reading mountinfo.
+ */
+int placefs_io_fs_type_name(int fd, char *out, size_t len);
+
 #endif
