@@ -271,8 +271,8 @@ void placefs_host_reserve_free(struct placefs_host_reserve *r)
 	if (!r->adopted) {
 		shm_unlink(r->name);
 		close(r->fd);
-		free(r->bounce);
 	}
+	free(r->bounce); /* NULL once a backend took it */
 	free(r);
 }
 
