@@ -23,6 +23,7 @@ struct placefs_lookahead {
 	uint64_t window;
 	size_t cur; /* the reader's shard; NONE until placefs_lookahead_at() */
 	bool stop;
+	bool in_read;    /* the walker is in a read (its lock released) */
 	unsigned refs;   /* the owner's and the walker's */
 	uint64_t probes; /* atomic */
 };
@@ -86,11 +87,13 @@ static void *walk_main(void *arg)
 		fd = la->shards[k].fd;
 		la->next[k] =
 		        la->shards[k].hi - off > la->stride ? off + la->stride : la->shards[k].hi;
+		la->in_read = true;
 		pthread_mutex_unlock(&la->lock);
 		/* A hit in the client's cache, or the fetch the reader will want. */
 		(void)!pread(fd, &b, 1, (off_t)off);
 		__atomic_fetch_add(&la->probes, 1, __ATOMIC_RELAXED);
 		pthread_mutex_lock(&la->lock);
+		la->in_read = false;
 	}
 	la_unref(la);
 	return NULL;
@@ -143,8 +146,6 @@ int placefs_lookahead_create(const struct placefs_lookahead_shard *shards, size_
 		return placefs_error_set(err, -rc, PLACEFS_E_IO,
 		                         "lookahead: cannot start its thread: %s", strerror(rc));
 	}
-	/* free() does not wait for a read the client may hold for long. */
-	pthread_detach(la->th);
 	*out = la;
 	return 0;
 
@@ -181,5 +182,13 @@ void placefs_lookahead_free(struct placefs_lookahead *la)
 	pthread_mutex_lock(&la->lock);
 	la->stop = true;
 	pthread_cond_signal(&la->cond);
-	la_unref(la);
+	if (la->in_read) {
+		/* Not waited for: a client may hold the read for long. The walker frees la. */
+		pthread_detach(la->th);
+		la_unref(la);
+		return;
+	}
+	pthread_mutex_unlock(&la->lock);
+	pthread_join(la->th, NULL); /* it drops its reference as it ends */
+	la_destroy(la);
 }

@@ -66,7 +66,11 @@ void placefs_lookahead_at(struct placefs_lookahead *la, size_t i);
 /* Reads the walk has made so far. */
 uint64_t placefs_lookahead_probes(const struct placefs_lookahead *la);
 
-/* Stops the walk (after its current read) and frees la; NULL is fine. */
+/*
+ * Stops the walk and frees la, waiting for its thread unless that is in a
+ * read (a client may hold one for long): then the thread ends after it and
+ * frees what is left. NULL is fine.
+ */
 void placefs_lookahead_free(struct placefs_lookahead *la);
 
 #endif
