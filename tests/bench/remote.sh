@@ -23,7 +23,8 @@
 #     copy (the C client, the same ring).
 # Each placefs row is repeated per -o disk_streams value of --streams
 # (default "-": the daemon's default, which leaves the gate off for shards on
-# FUSE). --timeline adds, under each row, the server's CPU over the row in
+# FUSE). --opts O adds mount options O to every placefs row (lookahead=0: the
+# rows without the lookahead, which is on by default on s3fs). --timeline adds, under each row, the server's CPU over the row in
 # 50 ms bins (its share of one CPU, from /proc/PID/stat sampled every 20 ms by
 # one extra process; USER_HZ ticks make a bin coarse) and, for placefs rows,
 # the bin in which the mount command returned: where the server waits; and,
@@ -41,7 +42,7 @@
 # Needs root (drop_caches), s3fs, node and npm (or build/s3rver already).
 #
 #   tests/bench/remote.sh [--llama L:H:I:V] [--shards N] [--rounds N] [--streams "N ..."]
-#                         [--timeline]
+#                         [--opts O] [--timeline]
 #
 # Results: stdout and ${OUT:-/tmp}/remote.txt.
 . "$(dirname "$0")/common.sh"
@@ -49,6 +50,7 @@ llama=3:2048:5504:8192
 shards=4
 rounds=3
 streams=-
+extra=
 timeline=0
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -56,8 +58,9 @@ while [ $# -gt 0 ]; do
 	--shards) shards=$2; shift ;;
 	--rounds) rounds=$2; shift ;;
 	--streams) streams=$2; shift ;;
+	--opts) extra=,$2; shift ;;
 	--timeline) timeline=1 ;;
-	*) echo "usage: $0 [--llama L:H:I:V] [--shards N] [--rounds N] [--streams \"N ...\"] [--timeline]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--llama L:H:I:V] [--shards N] [--rounds N] [--streams \"N ...\"] [--opts O] [--timeline]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -325,9 +328,9 @@ for r in $(seq 1 "$rounds"); do
 reader $g
 "
 	for ds in $streams; do
-		opts=device=host
-		lab=
-		[ "$ds" = - ] || { opts="$opts,disk_streams=$ds"; lab=" disk_streams=$ds"; }
+		opts=device=host$extra
+		lab=${extra:+ ${extra#,}}
+		[ "$ds" = - ] || { opts="$opts,disk_streams=$ds"; lab="$lab disk_streams=$ds"; }
 		l=$(row load "$tensor_bytes" placefs_load "$opts") || exit 1
 		say "round $r: placefs load_state_dict(device=cpu)$lab: $l GB/s ($(ratio "$l" "$c") x cat); $(cat "$bench_work/row.cpu")"
 		[ ! -s "$bench_work/row.tl" ] || say "$(cat "$bench_work/row.tl")"
