@@ -643,6 +643,11 @@ for la in - 1; do
 	[ "$la" = - ] || o=,lookahead=$la
 	mount_fs la-ckpt "$MP" -o "device=host$o"
 	out=$(tmo 30 "$STAGE" --all "$MP" --mode copy --verify -q) || fail "lookahead $la: $out"
+	# A stage that stays on the first shard: the walk then reads the others
+	# (a reader that is already on the last shard by the time the walk looks
+	# leaves nothing after it to read).
+	out=$(tmo 30 "$STAGE" --mode copy --verify "$MP/model.embed_tokens.weight") ||
+		fail "lookahead $la: $out"
 	n=$(stat_get "$MP" staging.lookahead_reads)
 	if [ "$la" = 1 ]; then
 		grep -q 'lookahead: reading a shard starts the storage client.s fetches of the next 128 MiB of shards (-o lookahead=1)' \
