@@ -120,10 +120,21 @@ static int reserve_fail(const char *name, uint64_t bytes, int rc, struct placefs
 	                         (unsigned long long)avail, have, all, strerror(-rc));
 }
 
+/* posix_fallocate() of [off, off + len) of fd, retried on EINTR: 0 or an errno. */
+static int fallocate_range(int fd, uint64_t off, uint64_t len)
+{
+	int rc;
+
+	do
+		rc = posix_fallocate(fd, (off_t)off, (off_t)len);
+	while (rc == EINTR);
+	return rc;
+}
+
 struct reserve {
 	pthread_t th;
 	int fd;
-	uint64_t bytes;
+	uint64_t from, bytes;
 	int rc; /* posix_fallocate()'s: 0 or an errno */
 };
 
@@ -131,31 +142,31 @@ static void *reserve_main(void *arg)
 {
 	struct reserve *r = arg;
 
-	do
-		r->rc = posix_fallocate(r->fd, 0, (off_t)r->bytes);
-	while (r->rc == EINTR);
+	r->rc = r->bytes > r->from ? fallocate_range(r->fd, r->from, r->bytes - r->from) : 0;
 	return NULL;
 }
 
 /*
- * Allocates every page of the ring's object now: refused at once when
- * /dev/shm has less free space than that, else posix_fallocate() (which
- * also catches a /dev/shm filled meanwhile), on a thread of its own while
- * this one touches the bounce buffers (bounce_bytes at bounce), which it
- * does in every case. Both are page allocation and zeroing; side by side
- * they take the longer of the two, not the sum.
+ * Allocates every page of the ring's object up to `bytes` now, from `from`
+ * on (the pages before are reserved already): refused at once when /dev/shm
+ * has less free space than that, else posix_fallocate() (which also catches
+ * a /dev/shm filled meanwhile), on a thread of its own while this one
+ * touches the bounce buffers (bounce_bytes at bounce), which it does in
+ * every case. Both are page allocation and zeroing; side by side they take
+ * the longer of the two, not the sum.
  */
-static int ring_reserve(int fd, const char *name, uint64_t bytes, uint8_t *bounce,
+static int ring_reserve(int fd, const char *name, uint64_t from, uint64_t bytes, uint8_t *bounce,
                         uint64_t bounce_bytes, struct placefs_error *err)
 {
-	struct reserve r = {.fd = fd, .bytes = bytes};
+	struct reserve r = {.fd = fd, .from = from, .bytes = bytes};
 	uint64_t total;
 	bool threaded;
 
-	if (shm_free_bytes(&total) < bytes)
+	if (bytes > from && shm_free_bytes(&total) < bytes - from)
 		return reserve_fail(name, bytes, -ENOSPC, err);
 	threaded = pthread_create(&r.th, NULL, reserve_main, &r) == 0;
-	memset(bounce, 0, bounce_bytes);
+	if (bounce_bytes)
+		memset(bounce, 0, bounce_bytes);
 	if (threaded)
 		pthread_join(r.th, NULL);
 	else
@@ -179,7 +190,6 @@ struct placefs_host_reserve {
 	char name[64];
 	uint64_t target;   /* bytes to reserve; atomic: lowered by the adopter */
 	uint64_t reserved; /* bytes [0, reserved) reserved; the thread's until joined */
-	int rc;            /* posix_fallocate()'s first error past `reserved` */
 	uint8_t *bounce;
 	uint64_t bounce_bytes;
 };
@@ -195,10 +205,8 @@ static void *host_reserve_main(void *arg)
 		n = __atomic_load_n(&r->target, __ATOMIC_ACQUIRE) - r->reserved;
 		if (n > RESERVE_STEP)
 			n = RESERVE_STEP;
-		do
-			r->rc = posix_fallocate(r->fd, (off_t)r->reserved, (off_t)n);
-		while (r->rc == EINTR);
-		if (r->rc != 0)
+		/* A failure is the adopter's to meet again (and report) for what it needs. */
+		if (fallocate_range(r->fd, r->reserved, n) != 0)
 			break;
 		r->reserved += n;
 	}
@@ -287,7 +295,8 @@ void placefs_host_reserve_free(struct placefs_host_reserve *r)
 static int reserve_adopt(struct placefs_host_reserve *r, struct placefs_backend *be,
                          struct host_priv *hp, int *fdp, struct placefs_error *err)
 {
-	uint64_t bytes = be->info.ring_bytes, total;
+	uint64_t bytes = be->info.ring_bytes, need = be->info.host_buffer_bytes;
+	uint8_t *fresh = NULL;
 	int rc;
 
 	if (__atomic_load_n(&r->target, __ATOMIC_ACQUIRE) > bytes)
@@ -297,27 +306,26 @@ static int reserve_adopt(struct placefs_host_reserve *r, struct placefs_backend 
 		return placefs_error_set(err, -errno, PLACEFS_E_IO,
 		                         "host: cannot cut the ring \"%s\" to %llu bytes: %s",
 		                         r->name, (unsigned long long)bytes, strerror(errno));
-	if (r->reserved < bytes) {
-		if (shm_free_bytes(&total) < bytes - r->reserved)
-			return reserve_fail(r->name, bytes, -ENOSPC, err);
-		do
-			rc = posix_fallocate(r->fd, (off_t)r->reserved,
-			                     (off_t)(bytes - r->reserved));
-		while (rc == EINTR);
-		if (rc != 0)
-			return reserve_fail(r->name, bytes, -rc, err);
-	}
-	if (r->bounce && r->bounce_bytes >= be->info.host_buffer_bytes) {
-		be->host_buf = r->bounce;
-		r->bounce = NULL;
-	} else {
-		be->host_buf = aligned_alloc(RING_PAGE, be->info.host_buffer_bytes);
-		if (!be->host_buf)
+	if (!r->bounce || r->bounce_bytes < need) {
+		fresh = aligned_alloc(RING_PAGE, need);
+		if (!fresh)
 			return placefs_error_set(
 			        err, -ENOMEM, PLACEFS_E_NOMEM,
 			        "host: cannot allocate %llu bytes of bounce buffers",
-			        (unsigned long long)be->info.host_buffer_bytes);
-		memset(be->host_buf, 0, be->info.host_buffer_bytes);
+			        (unsigned long long)need);
+	}
+	/* The rest of the ring, beside the touch of bounce memory made now. */
+	rc = ring_reserve(r->fd, r->name, r->reserved < bytes ? r->reserved : bytes, bytes, fresh,
+	                  fresh ? need : 0, err);
+	if (rc != 0) {
+		free(fresh);
+		return rc;
+	}
+	if (fresh) {
+		be->host_buf = fresh;
+	} else {
+		be->host_buf = r->bounce;
+		r->bounce = NULL;
 	}
 	memcpy(hp->name, r->name, sizeof(hp->name));
 	*fdp = r->fd;
@@ -370,7 +378,8 @@ static int host_open(struct placefs_backend *be, int device, struct placefs_erro
 	 * Every ring page allocated and the bounce buffers touched once: the
 	 * pages are the process's from now on, not at the first stage.
 	 */
-	rc = ring_reserve(fd, hp->name, ring_bytes, be->host_buf, be->info.host_buffer_bytes, err);
+	rc = ring_reserve(fd, hp->name, 0, ring_bytes, be->host_buf, be->info.host_buffer_bytes,
+	                  err);
 	if (rc != 0)
 		goto fail_buf;
 map:
