@@ -79,54 +79,51 @@ static void log_summary(const struct placefs_mount *m, const struct placefs_opts
 }
 
 /*
- * Whether every shard lies on a FUSE file system (s3fs, sshfs, ...): there
- * the disk gate (-o disk_streams) is off unless the option is given. Such a
+ * Whether fd lies on a FUSE file system (s3fs, sshfs, ...): with every shard
+ * there the disk gate (-o disk_streams) is off unless the option is given. Such a
  * client answers each read over the network; more reads in flight help it,
  * and the gate's sweep in file order is meant for a disk (doc/STAGING.md,
  * "The disk gate on a network file system").
  */
-static bool shards_on_fuse(const struct placefs_ckpt *ck)
+static bool on_fuse(int fd)
 {
-	size_t n = placefs_ckpt_shard_count(ck);
-
-	for (size_t i = 0; i < n; i++)
-		if (!placefs_io_on_fuse(placefs_ckpt_shard(ck, i)->fd))
-			return false;
-	return n > 0;
+	return placefs_io_on_fuse(fd);
 }
 
-/*
- * Whether every shard is on s3fs ("fuse.s3fs" in mountinfo): the client
- * -o lookahead serves by default (lib/staging/lookahead.h).
- */
-static bool shards_on_s3fs(const struct placefs_ckpt *ck)
+/* Whether fd is on s3fs ("fuse.s3fs" in mountinfo): -o lookahead's default (lib/staging/lookahead.h). */
+static bool on_s3fs(int fd)
 {
-	size_t n = placefs_ckpt_shard_count(ck);
 	char type[64];
 
+	return placefs_io_fs_type_name(fd, type, sizeof(type)) == 0 &&
+	       strcmp(type, "fuse.s3fs") == 0;
+}
+
+/* Whether the checkpoint has shards and every one's descriptor passes `on`. */
+static bool every_shard(const struct placefs_ckpt *ck, bool (*on)(int fd))
+{
+	size_t n = placefs_ckpt_shard_count(ck);
+
 	for (size_t i = 0; i < n; i++)
-		if (placefs_io_fs_type_name(placefs_ckpt_shard(ck, i)->fd, type, sizeof(type)) !=
-		            0 ||
-		    strcmp(type, "fuse.s3fs") != 0)
+		if (!on(placefs_ckpt_shard(ck, i)->fd))
 			return false;
 	return n > 0;
 }
 
-/* Undoes mountinfo's octal escapes (space is \\040) in place. */
-static void unescape_mountinfo(char *s)
-{
-	char *d = s;
+struct mount_at {
+	const char *point;
+	char *out;
+	size_t len;
+	bool found;
+};
 
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*d++ = *s;
-		}
-	}
-	*d = '\0';
+static int bdi_at(const struct placefs_mountinfo *mi, void *arg)
+{
+	struct mount_at *a = arg;
+
+	if (strcmp(mi->point, a->point) == 0)
+		snprintf(a->out, a->len, "%s", mi->dev);
+	return 0;
 }
 
 /*
@@ -136,33 +133,21 @@ static void unescape_mountinfo(char *s)
  */
 static void find_bdi(const char *mnt, char *out, size_t len)
 {
-	char *line = NULL;
-	size_t cap = 0;
-	FILE *f;
+	struct mount_at a = {.point = mnt, .out = out, .len = len};
 
 	out[0] = '\0';
-	f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
-		return;
-	while (getline(&line, &cap, f) > 0) {
-		char *save = NULL, *dev = NULL, *mp = NULL, *tok;
-		int i;
+	placefs_io_mountinfo_each(bdi_at, &a);
+}
 
-		for (i = 0, tok = strtok_r(line, " ", &save); tok && i < 5;
-		     i++, tok = strtok_r(NULL, " ", &save)) {
-			if (i == 2)
-				dev = tok;
-			else if (i == 4)
-				mp = tok;
-		}
-		if (!dev || !mp)
-			continue;
-		unescape_mountinfo(mp);
-		if (strcmp(mp, mnt) == 0)
-			snprintf(out, len, "%s", dev);
+static int type_at(const struct placefs_mountinfo *mi, void *arg)
+{
+	struct mount_at *a = arg;
+
+	if (strcmp(mi->point, a->point) == 0) {
+		a->found = true;
+		snprintf(a->out, a->len, "%s", mi->type);
 	}
-	free(line);
-	fclose(f);
+	return 0;
 }
 
 /*
@@ -173,38 +158,11 @@ static void find_bdi(const char *mnt, char *out, size_t len)
  */
 static bool mounted_on(const char *mnt, char *fstype, size_t len)
 {
-	char *line = NULL;
-	size_t cap = 0;
-	bool found = false;
-	FILE *f;
+	struct mount_at a = {.point = mnt, .out = fstype, .len = len};
 
 	fstype[0] = '\0';
-	f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
-		return false;
-	while (getline(&line, &cap, f) > 0) {
-		char *save = NULL, *mp = NULL, *tok, *sep;
-		int i;
-
-		sep = strstr(line, " - ");
-		for (i = 0, tok = strtok_r(line, " ", &save); tok && i < 5;
-		     i++, tok = strtok_r(NULL, " ", &save))
-			if (i == 4)
-				mp = tok;
-		if (!mp)
-			continue;
-		unescape_mountinfo(mp);
-		if (strcmp(mp, mnt) != 0)
-			continue;
-		found = true;
-		if (sep) {
-			sep += 3;
-			snprintf(fstype, len, "%.*s", (int)strcspn(sep, " \n"), sep);
-		}
-	}
-	free(line);
-	fclose(f);
-	return found;
+	placefs_io_mountinfo_each(type_at, &a);
+	return a.found;
 }
 
 /*
@@ -465,7 +423,7 @@ int main(int argc, char *argv[])
 		status = placefs_error_exit_status(&err);
 		goto out_opts;
 	}
-	if (!opts.disk_streams_given && opts.disk_streams > 0 && shards_on_fuse(ck)) {
+	if (!opts.disk_streams_given && opts.disk_streams > 0 && every_shard(ck, on_fuse)) {
 		opts.disk_streams = 0;
 		gate_off_fuse = true;
 	}
@@ -492,7 +450,7 @@ int main(int argc, char *argv[])
 		status = placefs_error_exit_status(&err);
 		goto out_mount_state;
 	}
-	m.lookahead = opts.lookahead > 0 || (opts.lookahead == 0 && shards_on_s3fs(ck));
+	m.lookahead = opts.lookahead > 0 || (opts.lookahead == 0 && every_shard(ck, on_s3fs));
 
 	status = PLACEFS_EXIT_MOUNT;
 	ops = placefs_ops_table(&ops_size);

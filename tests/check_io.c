@@ -434,6 +434,36 @@ START_TEST(test_on_network_fs)
 }
 END_TEST
 
+struct mi_seen {
+	unsigned n, stop_at;
+	int proc;
+};
+
+static int mi_count(const struct placefs_mountinfo *mi, void *arg)
+{
+	struct mi_seen *m = arg;
+
+	ck_assert_ptr_nonnull(mi->dev);
+	ck_assert_ptr_nonnull(strchr(mi->dev, ':'));
+	ck_assert_int_eq(mi->point[0], '/');
+	if (strcmp(mi->point, "/proc") == 0 && strcmp(mi->type, "proc") == 0)
+		m->proc = 1;
+	return ++m->n == m->stop_at;
+}
+
+START_TEST(test_mountinfo_each)
+{
+	/* Every mount, fields split (/proc is "proc"); a non-zero return stops the walk. */
+	struct mi_seen all = {0}, one = {.stop_at = 1};
+
+	ck_assert_int_eq(placefs_io_mountinfo_each(mi_count, &all), 0);
+	ck_assert_uint_gt(all.n, 1);
+	ck_assert_int_eq(all.proc, 1);
+	ck_assert_int_eq(placefs_io_mountinfo_each(mi_count, &one), 0);
+	ck_assert_uint_eq(one.n, 1);
+}
+END_TEST
+
 START_TEST(test_fs_type_name)
 {
 	/* The type mountinfo gives each file's mount, matched by device. */
@@ -483,6 +513,7 @@ static Suite *io_suite(void)
 	tcase_add_test(tc, test_random);
 	tcase_add_test(tc, test_on_network_fs);
 	tcase_add_test(tc, test_fs_type_name);
+	tcase_add_test(tc, test_mountinfo_each);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -160,43 +161,94 @@ int placefs_io_on_fuse(int fd)
 	return fs_type(fd, &type) == 0 && type == FUSE_MAGIC;
 }
 
+/* Undoes mountinfo's octal escapes (space is \\040) in place. */
+static void unescape_mountinfo(char *s)
+{
+	char *d = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*d++ = *s;
+		}
+	}
+	*d = '\0';
+}
+
+int placefs_io_mountinfo_each(int (*each)(const struct placefs_mountinfo *mi, void *arg), void *arg)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+	int rc = 0;
+
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return -errno;
+	/* "ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER" */
+	while (rc == 0 && getline(&line, &cap, f) > 0) {
+		struct placefs_mountinfo mi = {.type = ""};
+		char *save = NULL, *tok, *point = NULL, *sep = strstr(line, " - ");
+		int i;
+
+		if (sep) {
+			sep += 3;
+			sep[strcspn(sep, " \n")] = '\0';
+			mi.type = sep;
+		}
+		for (i = 0, tok = strtok_r(line, " ", &save); tok && i < 5;
+		     i++, tok = strtok_r(NULL, " ", &save)) {
+			if (i == 2)
+				mi.dev = tok;
+			else if (i == 4)
+				point = tok;
+		}
+		if (!mi.dev || !point)
+			continue;
+		unescape_mountinfo(point);
+		mi.point = point;
+		rc = each(&mi, arg);
+	}
+	free(line);
+	fclose(f);
+	return 0;
+}
+
+struct type_of {
+	char dev[32];
+	char *out;
+	size_t len;
+	int found;
+};
+
+static int type_of_dev(const struct placefs_mountinfo *mi, void *arg)
+{
+	struct type_of *t = arg;
+
+	if (strcmp(mi->dev, t->dev) != 0)
+		return 0;
+	snprintf(t->out, t->len, "%s", mi->type);
+	t->found = 1;
+	return 1;
+}
+
 int placefs_io_fs_type_name(int fd, char *out, size_t len)
 {
-	char line[4096], dev[32];
+	struct type_of t = {.out = out, .len = len};
 	struct stat st;
-	int rc = -ENOENT;
-	FILE *f;
+	int rc;
 
 	if (len == 0)
 		return -EINVAL;
 	out[0] = '\0';
 	if (fstat(fd, &st) != 0)
 		return -errno;
-	snprintf(dev, sizeof(dev), "%u:%u", major(st.st_dev), minor(st.st_dev));
-	f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
-		return -errno;
-	/* "ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER" */
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line, *sep, *end;
-
-		p = strchr(p, ' ');
-		if (!p || !(p = strchr(p + 1, ' ')))
-			continue;
-		p++;
-		end = strchr(p, ' ');
-		if (!end || (size_t)(end - p) != strlen(dev) ||
-		    strncmp(p, dev, (size_t)(end - p)) != 0)
-			continue;
-		sep = strstr(end, " - ");
-		if (!sep)
-			continue;
-		p = sep + 3;
-		end = p + strcspn(p, " \n");
-		snprintf(out, len, "%.*s", (int)(end - p), p);
-		rc = 0;
-		break;
-	}
-	fclose(f);
-	return rc;
+	snprintf(t.dev, sizeof(t.dev), "%u:%u", major(st.st_dev), minor(st.st_dev));
+	rc = placefs_io_mountinfo_each(type_of_dev, &t);
+	if (rc != 0)
+		return rc;
+	return t.found ? 0 : -ENOENT;
 }

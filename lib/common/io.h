@@ -55,6 +55,26 @@ int placefs_io_on_network_fs(int fd);
 int placefs_io_on_fuse(int fd);
 
 /*
+ * One mount of /proc/self/mountinfo, as placefs_io_mountinfo_each() gives it:
+ * its device ("major:minor"), its mount point (octal escapes such as \\040
+ * undone) and its type ("ext4", "fuse.s3fs"; "" where the line has none).
+ * The strings live until the callback returns.
+ */
+struct placefs_mountinfo {
+	const char *dev;
+	const char *point;
+	const char *type;
+};
+
+/*
+ * Calls each(mi, arg) for every mount in /proc/self/mountinfo, in its order
+ * (the last of a stack last), until it returns non-zero. 0, or the errno of
+ * opening the file. Reading mountinfo touches no mount.
+ */
+int placefs_io_mountinfo_each(int (*each)(const struct placefs_mountinfo *mi, void *arg),
+                              void *arg);
+
+/*
  * The type /proc/self/mountinfo gives the mount of fd's file system (the
  * one whose device, major:minor, is fd's st_dev): "ext4", "tmpfs",
  * "fuse.s3fs" (FUSE's type and the client's subtype). 0 with the type in
