@@ -21,7 +21,7 @@ struct placefs_lookahead {
 	size_t n;
 	uint64_t stride;
 	uint64_t window;
-	size_t cur; /* the reader's shard; NONE until placefs_lookahead_at() */
+	size_t cur; /* the reader's shard; NONE until placefs_lookahead_at(); atomic stores, lock held */
 	bool stop;
 	bool in_read;    /* the walker is in a read (its lock released) */
 	unsigned refs;   /* the owner's and the walker's */
@@ -162,9 +162,12 @@ void placefs_lookahead_at(struct placefs_lookahead *la, size_t i)
 {
 	if (!la || i >= la->n)
 		return;
+	/* Every stage and batch run calls this: no lock while the reader stays put. */
+	if (__atomic_load_n(&la->cur, __ATOMIC_RELAXED) == i)
+		return;
 	pthread_mutex_lock(&la->lock);
 	if (la->cur != i) {
-		la->cur = i;
+		__atomic_store_n(&la->cur, i, __ATOMIC_RELAXED);
 		pthread_cond_signal(&la->cond);
 	}
 	pthread_mutex_unlock(&la->lock);
