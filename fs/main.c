@@ -110,6 +110,38 @@ static bool every_shard(const struct placefs_ckpt *ck, bool (*on)(int fd))
 	return n > 0;
 }
 
+/*
+ * -o direct_reads: O_DIRECT reads of every shard (lib/model/ckpt.h). Given
+ * as 1, refused unless every shard lies on a FUSE file system (where O_DIRECT
+ * reads need no alignment); by default on where every shard lies on s3fs,
+ * which keeps what it fetched in its own cache while the daemon holds the
+ * file open, so the page cache would hold the checkpoint a second time.
+ */
+static int direct_reads_apply(struct placefs_mount *m, const struct placefs_ckpt *ck, int opt,
+                              struct placefs_error *err)
+{
+	size_t i, n = placefs_ckpt_shard_count(ck);
+	int rc;
+
+	if (opt < 0 || (opt == 0 && !every_shard(ck, on_s3fs)))
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!on_fuse(placefs_ckpt_shard(ck, i)->fd))
+			return placefs_error_set(
+			        err, -EINVAL, PLACEFS_E_USAGE,
+			        "-o direct_reads=1: shard %s is not on a FUSE file system "
+			        "(O_DIRECT "
+			        "reads elsewhere must be aligned, and tensors are not)",
+			        placefs_ckpt_shard(ck, i)->path);
+	for (i = 0; i < n; i++) {
+		rc = placefs_ckpt_shard_set_direct(ck, i, true, err);
+		if (rc < 0)
+			return rc;
+	}
+	m->direct_reads = true;
+	return 0;
+}
+
 struct mount_at {
 	const char *point;
 	char *out;
@@ -451,6 +483,11 @@ int main(int argc, char *argv[])
 		goto out_mount_state;
 	}
 	m.lookahead = opts.lookahead > 0 || (opts.lookahead == 0 && every_shard(ck, on_s3fs));
+	if (direct_reads_apply(&m, ck, opts.direct_reads, &err) < 0) {
+		fprintf(stderr, "placefs: %s\n", err.msg);
+		status = placefs_error_exit_status(&err);
+		goto out_mount_state;
+	}
 
 	status = PLACEFS_EXIT_MOUNT;
 	ops = placefs_ops_table(&ops_size);
@@ -525,6 +562,12 @@ int main(int argc, char *argv[])
 		            "fetches of the next 128 MiB of shards (%s)",
 		            opts.lookahead > 0 ? "-o lookahead=1"
 		                               : "shards on s3fs; -o lookahead=0 turns it off");
+	if (m.direct_reads)
+		placefs_log(LOG_INFO, "direct reads: the shards are read with O_DIRECT (%s)",
+		            opts.direct_reads > 0
+		                    ? "-o direct_reads=1"
+		                    : "shards on s3fs, which caches them itself; -o direct_reads=0 "
+		                      "reads through the page cache");
 	if (gate_off_fuse && placefs_ioctl_plan_line(m.stage)[0])
 		placefs_log(LOG_INFO, "the shards are on a FUSE file system: staging reads are not "
 		                      "held back by the disk gate (-o disk_streams=N sets one)");

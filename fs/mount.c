@@ -807,6 +807,7 @@ void placefs_mount_stats(const struct placefs_mount *m, struct placefs_stats *w)
 	placefs_stats_end(w);
 	placefs_stats_string(w, "read_mode",
 	                     m->opts->read_mode == PLACEFS_READ_MMAP ? "mmap" : "pread");
+	placefs_stats_u64(w, "direct_reads", m->direct_reads);
 	placefs_stats_seconds(w, "uptime_s", (double)(placefs_clock_ns() - m->started_ns) / 1e9);
 	placefs_stats_begin_array(w, "stale_shards");
 	for (i = 0; i < m->nshards; i++)

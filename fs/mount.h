@@ -148,6 +148,12 @@ struct placefs_mount {
 	 * by default shards on s3fs. Set by main().
 	 */
 	bool lookahead;
+	/*
+	 * Whether the shards' descriptors read with O_DIRECT
+	 * (placefs_ckpt_shard_set_direct()): -o direct_reads, or by default
+	 * shards on s3fs. Set by main().
+	 */
+	bool direct_reads;
 
 	struct placefs_counters ctr;
 

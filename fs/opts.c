@@ -34,6 +34,7 @@ struct parse_ctx {
 	char *zero_copy;
 	char *direct_copy;
 	char *lookahead;
+	char *direct_reads;
 	char *stage_timeout;
 	char *max_waiting;
 	char *user_share;
@@ -74,6 +75,7 @@ static const struct fuse_opt placefs_opt_spec[] = {
         CTX_OPT("zero_copy=%s", zero_copy),
         CTX_OPT("direct_copy=%s", direct_copy),
         CTX_OPT("lookahead=%s", lookahead),
+        CTX_OPT("direct_reads=%s", direct_reads),
         CTX_OPT("stage_timeout=%s", stage_timeout),
         CTX_OPT("max_waiting=%s", max_waiting),
         CTX_OPT("user_share=%s", user_share),
@@ -114,6 +116,7 @@ static const char *const own_names[] = {
         "max_background",   "zero_copy",   "stage_timeout", "max_waiting",
         "user_share",       "noprefetch",  "prefix",        "max_threads",
         "max_idle_threads", "direct_copy", "disk_streams",  "lookahead",
+        "direct_reads",
 };
 
 /*
@@ -600,7 +603,8 @@ int placefs_opts_parse(int argc, char **argv, struct placefs_opts *o, struct pla
 	o->prefetch = !ctx.noprefetch;
 	if ((rc = parse_switch(ctx.zero_copy, "zero_copy", &o->zero_copy, err)) < 0 ||
 	    (rc = parse_switch(ctx.direct_copy, "direct_copy", &o->direct_copy, err)) < 0 ||
-	    (rc = parse_switch(ctx.lookahead, "lookahead", &o->lookahead, err)) < 0)
+	    (rc = parse_switch(ctx.lookahead, "lookahead", &o->lookahead, err)) < 0 ||
+	    (rc = parse_switch(ctx.direct_reads, "direct_reads", &o->direct_reads, err)) < 0)
 		goto out;
 	if (ctx.push_threads &&
 	    (rc = parse_count(ctx.push_threads, "push_threads", 0, PLACEFS_PUSH_THREADS_MAX,
@@ -680,6 +684,7 @@ out:
 	free(ctx.zero_copy);
 	free(ctx.direct_copy);
 	free(ctx.lookahead);
+	free(ctx.direct_reads);
 	free(ctx.stage_timeout);
 	free(ctx.max_waiting);
 	free(ctx.user_share);
@@ -745,6 +750,9 @@ void placefs_opts_usage(FILE *f, const char *prog)
 	        "    -o lookahead=0|1       while a shard is staged, start the storage client's\n"
 	        "                           fetches of the next 128 MiB of shards (default: 1\n"
 	        "                           for shards on s3fs, else 0)\n"
+	        "    -o direct_reads=0|1    read the shards with O_DIRECT, around the page cache\n"
+	        "                           (FUSE sources only; default: 1 for shards on s3fs,\n"
+	        "                           else 0)\n"
 	        "    -o read_mode=MODE      how tensor bytes are served: mmap (default: one copy,\n"
 	        "                           from a read-only mapping of each shard) or pread\n"
 	        "    -o readahead=SIZE      kernel readahead for this mount, set through sysfs\n"

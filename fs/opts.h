@@ -99,6 +99,7 @@ struct placefs_opts {
 	int zero_copy;        /* -o zero_copy=: 0 not given (the stager default), 1 on, -1 off */
 	int direct_copy;      /* -o direct_copy=: 0 not given (the stager default), 1 on, -1 off */
 	int lookahead;        /* -o lookahead=: 0 not given (on for shards on s3fs), 1 on, -1 off */
+	int direct_reads; /* -o direct_reads=: 0 not given (on for shards on s3fs), 1 on, -1 off */
 	unsigned push_threads; /* -o push_threads=, PLACEFS_PUSH_THREADS unless given; 0 = off */
 	unsigned disk_streams; /* -o disk_streams=; 0 = no gate */
 	/* -o disk_streams= was given; else 0 for shards on a FUSE file system (fs/main.c) */

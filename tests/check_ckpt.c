@@ -817,6 +817,48 @@ static void mk_pair(const char *path, const char *n1, const char *n2)
  * size) and its mtime put back, as touch -d, tar -x and cp -p do: only the
  * ctime tells. The check must fail; the bytes of "a" are now where "b" was.
  */
+/* O_DIRECT on a shard's descriptor, and on the one a reopen adopts. */
+START_TEST(test_shard_set_direct)
+{
+	char *p = at("d.safetensors");
+	const struct placefs_shard *sh;
+	struct placefs_ckpt *ck;
+	struct placefs_error err;
+	int rc;
+
+	mk(p, "w", 64u, "v", 8u, NULL);
+	ck = open_ok(p, NULL);
+	sh = placefs_ckpt_shard(ck, 0);
+	ck_assert_int_eq(fcntl(sh->fd, F_GETFL) & O_DIRECT, 0);
+	placefs_error_clear(&err);
+	ck_assert_int_eq(placefs_ckpt_shard_set_direct(ck, 1, true, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no shard 1"));
+	ck_assert_int_eq(placefs_ckpt_shard_set_direct(NULL, 0, true, NULL), -EINVAL);
+	placefs_error_clear(&err);
+	rc = placefs_ckpt_shard_set_direct(ck, 0, true, &err);
+	if (rc != 0) {
+		/* A file system without O_DIRECT (tmpfs before Linux 6.6): said, nothing set. */
+		ck_assert_int_eq(rc, -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err.msg, "d.safetensors"));
+		ck_assert_ptr_nonnull(strstr(err.msg, "O_DIRECT"));
+		ck_assert_int_eq(fcntl(sh->fd, F_GETFL) & O_DIRECT, 0);
+		goto out;
+	}
+	ck_assert_int_ne(fcntl(sh->fd, F_GETFL) & O_DIRECT, 0);
+	/* A fresh descriptor for the very file keeps the setting. */
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, true, NULL), 1);
+	ck_assert_int_ne(fcntl(sh->fd, F_GETFL) & O_DIRECT, 0);
+	ck_assert_int_eq(placefs_ckpt_shard_check(ck, 0, NULL), 0);
+	ck_assert_int_eq(placefs_ckpt_shard_set_direct(ck, 0, false, NULL), 0);
+	ck_assert_int_eq(fcntl(sh->fd, F_GETFL) & O_DIRECT, 0);
+	ck_assert_int_eq(placefs_ckpt_shard_reopen(ck, 0, true, NULL), 1);
+	ck_assert_int_eq(fcntl(sh->fd, F_GETFL) & O_DIRECT, 0);
+out:
+	placefs_ckpt_free(ck);
+	free(p);
+}
+END_TEST
+
 START_TEST(test_shard_check_ctime)
 {
 	char *p = at("s.safetensors"), *swapped = at("swapped.safetensors");
@@ -1130,6 +1172,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, test_empty_and_missing_sources);
 	tcase_add_test(tc, test_shard_check);
 	tcase_add_test(tc, test_shard_reopen);
+	tcase_add_test(tc, test_shard_set_direct);
 	tcase_add_test(tc, test_shard_check_ctime);
 	tcase_add_test(tc, test_shard_symlink_escapes_refused);
 	tcase_add_test(tc, test_shard_symlink_escapes_fallback);

@@ -570,7 +570,7 @@ fi
 for opt in device=cuda:1024 device=cuda:-1 device=gpu host_buffer=1K host_buffer=8G \
 	host_buffer=lots ring_size=lots ring_size=0 ring_size=1M zero_copy=2 zero_copy=on \
 	direct_copy=2 direct_copy=yes direct_copy= disk_streams=65 disk_streams=-1 disk_streams=two \
-	lookahead=2 lookahead=on lookahead=; do
+	lookahead=2 lookahead=on lookahead= direct_reads=2 direct_reads=on direct_reads=; do
 	st=0
 	tmo 20 "$PLACEFS" -f -o "$opt" seed.safetensors "$MP" >bad.out 2>&1 || st=$?
 	[ "$st" -eq 2 ] || fail "-o $opt: exit $st, expected 2: $(cat bad.out)"
@@ -667,6 +667,24 @@ for la in - 1; do
 	umount_fs "$MP"
 done
 note "-o lookahead: off by default on a local directory, on with =1 ($n reads), bytes exact"
+
+# -o direct_reads: O_DIRECT reads of the shards, for FUSE sources only (their
+# reads need no alignment; ext4's and tmpfs's would). Off by default here; =1
+# on a local directory is refused, naming the shard; =0 mounts.
+mount_fs la-ckpt "$MP" -o device=host
+[ "$(stat_get "$MP" direct_reads)" = 0 ] || fail "direct_reads is not 0 on a local directory"
+grep -q 'direct reads:' "$MOUNT_LOG" && fail "direct reads on for a local directory"
+umount_fs "$MP"
+st=0
+tmo 20 "$PLACEFS" -f -o device=host,direct_reads=1 la-ckpt "$MP" >bad.out 2>&1 || st=$?
+[ "$st" -eq 2 ] || fail "-o direct_reads=1 on a local directory: exit $st, expected 2: $(cat bad.out)"
+grep -q -- '-o direct_reads=1: shard .*/la-ckpt/model-00001-of-00003.safetensors is not on a FUSE file system' \
+	bad.out || fail "-o direct_reads=1 on a local directory: $(cat bad.out)"
+is_mounted "$MP" && fail "-o direct_reads=1 on a local directory left a mount"
+mount_fs la-ckpt "$MP" -o device=host,direct_reads=0
+out=$(tmo 30 "$STAGE" --all "$MP" --mode copy --verify -q) || fail "direct_reads=0: $out"
+umount_fs "$MP"
+note "-o direct_reads: off on a local directory, =1 refused there ($(cat bad.out))"
 
 # Daemonized with staging: returns once the mount is live, stages, unmounts.
 tmo 30 "$PLACEFS" -o buffer_size=8M,device=host seed.safetensors "$MP" ||

@@ -112,6 +112,21 @@ while [ "$n" -eq 0 ] && [ $i -lt 100 ]; do
 done
 [ "$n" -gt 0 ] || fail "no lookahead reads on s3fs after the loads"
 note "lookahead on (shards on s3fs): $n reads"
+# Direct reads: on by default for shards on s3fs; every shard descriptor of
+# the daemon has O_DIRECT (040000 in fdinfo's octal flags), and the checks
+# above read every byte through them.
+[ "$(stat_get "$P" direct_reads)" = 1 ] || fail "direct_reads is not 1 for shards on s3fs"
+grep -q 'direct reads: the shards are read with O_DIRECT (shards on s3fs' "$P_LOG" ||
+	fail "placefs did not log direct reads for shards on s3fs"
+n=0
+for fd in /proc/"$P_PID"/fd/*; do
+	case $(readlink "$fd") in "$R"/*.safetensors) ;; *) continue ;; esac
+	fl=$(sed -n 's/^flags:[[:space:]]*//p' /proc/"$P_PID"/fdinfo/"${fd##*/}")
+	[ $((0$fl & 040000)) -ne 0 ] || fail "shard descriptor $fd ($(readlink "$fd")) has flags $fl, no O_DIRECT"
+	n=$((n + 1))
+done
+[ "$n" -eq 3 ] || fail "found $n shard descriptors of the daemon, expected 3 (every shard)"
+note "direct reads on (shards on s3fs): $n shard descriptors with O_DIRECT"
 
 # ---- 1. objects rewritten in the bucket ----
 {

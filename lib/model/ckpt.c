@@ -33,6 +33,8 @@ struct shard_priv {
 	size_t hdr_len;
 	/* The file the descriptor holds now: the one validated, or one adopted after a remount. */
 	_Atomic uint64_t dev, ino;
+	/* Its descriptors read with O_DIRECT (placefs_ckpt_shard_set_direct()). */
+	_Atomic bool direct;
 };
 
 struct placefs_ckpt {
@@ -1107,7 +1109,12 @@ int placefs_ckpt_shard_reopen(const struct placefs_ckpt *ck, size_t i, bool same
 	 * of ctime_check() from racing the switch.
 	 */
 	pthread_mutex_lock(&p->lock);
-	if (dup3(fd, sh->fd, O_CLOEXEC) < 0) {
+	/* Its header read as any reader would; O_DIRECT from here on, as the shard's was. */
+	if (atomic_load(&p->direct) && fcntl(fd, F_SETFL, O_DIRECT) != 0) {
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "cannot reopen shard %s with O_DIRECT reads: %s", sh->path,
+		                       strerror(errno));
+	} else if (dup3(fd, sh->fd, O_CLOEXEC) < 0) {
 		rc = placefs_error_set(err, -errno, PLACEFS_E_IO, "cannot reopen shard %s: %s",
 		                       sh->path, strerror(errno));
 	} else {
@@ -1121,6 +1128,29 @@ int placefs_ckpt_shard_reopen(const struct placefs_ckpt *ck, size_t i, bool same
 out:
 	free(buf);
 	close(fd);
+	return rc;
+}
+
+int placefs_ckpt_shard_set_direct(const struct placefs_ckpt *ck, size_t i, bool on,
+                                  struct placefs_error *err)
+{
+	const struct placefs_shard *sh;
+	struct shard_priv *p;
+	int rc = 0;
+
+	if (!ck || i >= ck->nshards || !ck->priv)
+		return placefs_error_set(err, -EINVAL, PLACEFS_E_USAGE, "no shard %zu", i);
+	sh = &ck->shards[i];
+	p = &ck->priv[i];
+	/* Under the lock: a reopen adopting a new descriptor meanwhile sees the new setting. */
+	pthread_mutex_lock(&p->lock);
+	if (fcntl(sh->fd, F_SETFL, on ? O_DIRECT : 0) != 0)
+		rc = placefs_error_set(err, -errno, PLACEFS_E_IO,
+		                       "shard %s: cannot %s O_DIRECT reads: %s", sh->path,
+		                       on ? "turn on" : "turn off", strerror(errno));
+	else
+		atomic_store(&p->direct, on);
+	pthread_mutex_unlock(&p->lock);
 	return rc;
 }
 

@@ -133,6 +133,18 @@ int placefs_ckpt_shard_reopen(const struct placefs_ckpt *ck, size_t i, bool same
                               struct placefs_error *err);
 
 /*
+ * Reads of shard i's descriptor go around the page cache (O_DIRECT) when on,
+ * and so do those of a descriptor placefs_ckpt_shard_reopen() adopts later.
+ * For a shard on a FUSE file system whose client keeps its own cache (s3fs):
+ * its bytes are then held once, by the client, not a second time in the page
+ * cache. A file system whose O_DIRECT needs aligned reads (ext4, XFS) would
+ * fail tensor reads: the caller picks the shards. 0, or a negative errno
+ * with a message (the file system refuses O_DIRECT: EINVAL).
+ */
+int placefs_ckpt_shard_set_direct(const struct placefs_ckpt *ck, size_t i, bool on,
+                                  struct placefs_error *err);
+
+/*
  * Opens `file` (a path relative to the source directory) as the shards of a
  * directory source are opened: beneath the directory they are confined to
  * (see above; openat2 RESOLVE_BENEATH, or the real-path check without it),
