@@ -23,8 +23,10 @@
 #     copy (the C client, the same ring).
 # Each placefs row is repeated per -o disk_streams value of --streams
 # (default "-": the daemon's default, which leaves the gate off for shards on
-# FUSE). --opts O adds mount options O to every placefs row (lookahead=0: the
-# rows without the lookahead, which is on by default on s3fs). --timeline adds, under each row, the server's CPU over the row in
+# FUSE). --opts "O ..." repeats them per set of mount options O ("-": none;
+# several sets: an A/B within each round, rows in turn), e.g. --opts
+# "- lookahead=0" or "- direct_reads=0" against the defaults on s3fs.
+# --timeline adds, under each row, the server's CPU over the row in
 # 50 ms bins (its share of one CPU, from /proc/PID/stat sampled every 20 ms by
 # one extra process; USER_HZ ticks make a bin coarse) and, for placefs rows,
 # the bin in which the mount command returned: where the server waits; and,
@@ -42,7 +44,7 @@
 # Needs root (drop_caches), s3fs, node and npm (or build/s3rver already).
 #
 #   tests/bench/remote.sh [--llama L:H:I:V] [--shards N] [--rounds N] [--streams "N ..."]
-#                         [--opts O] [--timeline]
+#                         [--opts "O ..."] [--timeline]
 #
 # Results: stdout and ${OUT:-/tmp}/remote.txt.
 . "$(dirname "$0")/common.sh"
@@ -50,7 +52,7 @@ llama=3:2048:5504:8192
 shards=4
 rounds=3
 streams=-
-extra=
+optsets=-
 timeline=0
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -58,9 +60,9 @@ while [ $# -gt 0 ]; do
 	--shards) shards=$2; shift ;;
 	--rounds) rounds=$2; shift ;;
 	--streams) streams=$2; shift ;;
-	--opts) extra=,$2; shift ;;
+	--opts) optsets=$2; shift ;;
 	--timeline) timeline=1 ;;
-	*) echo "usage: $0 [--llama L:H:I:V] [--shards N] [--rounds N] [--streams \"N ...\"] [--opts O] [--timeline]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--llama L:H:I:V] [--shards N] [--rounds N] [--streams \"N ...\"] [--opts \"O ...\"] [--timeline]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -327,7 +329,10 @@ for r in $(seq 1 "$rounds"); do
 	rows="${rows}cat $c
 reader $g
 "
+	for ov in $optsets; do
 	for ds in $streams; do
+		extra=
+		[ "$ov" = - ] || extra=,$ov
 		opts=device=host$extra
 		lab=${extra:+ ${extra#,}}
 		[ "$ds" = - ] || { opts="$opts,disk_streams=$ds"; lab="$lab disk_streams=$ds"; }
@@ -340,6 +345,7 @@ reader $g
 		rows="${rows}load$lab $l
 stage$lab $s
 "
+	done
 	done
 done
 say "median over $rounds rounds (GB/s, and x the median of cat):"
