@@ -130,8 +130,7 @@ static int direct_reads_apply(struct placefs_mount *m, const struct placefs_ckpt
 			return placefs_error_set(
 			        err, -EINVAL, PLACEFS_E_USAGE,
 			        "-o direct_reads=1: shard %s is not on a FUSE file system "
-			        "(O_DIRECT "
-			        "reads elsewhere must be aligned, and tensors are not)",
+			        "(O_DIRECT reads elsewhere must be aligned, and tensors are not)",
 			        placefs_ckpt_shard(ck, i)->path);
 	for (i = 0; i < n; i++) {
 		rc = placefs_ckpt_shard_set_direct(ck, i, true, err);
