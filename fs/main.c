@@ -113,17 +113,18 @@ static bool every_shard(const struct placefs_ckpt *ck, bool (*on)(int fd))
 /*
  * -o direct_reads: O_DIRECT reads of every shard (lib/model/ckpt.h). Given
  * as 1, refused unless every shard lies on a FUSE file system (where O_DIRECT
- * reads need no alignment); by default on where every shard lies on s3fs,
- * which keeps what it fetched in its own cache while the daemon holds the
- * file open, so the page cache would hold the checkpoint a second time.
+ * reads need no alignment); by default on where every shard lies on s3fs
+ * (all_s3fs, as main() found for the lookahead), which keeps what it fetched
+ * in its own cache while the daemon holds the file open, so the page cache
+ * would hold the checkpoint a second time.
  */
 static int direct_reads_apply(struct placefs_mount *m, const struct placefs_ckpt *ck, int opt,
-                              struct placefs_error *err)
+                              bool all_s3fs, struct placefs_error *err)
 {
 	size_t i, n = placefs_ckpt_shard_count(ck);
 	int rc;
 
-	if (opt < 0 || (opt == 0 && !every_shard(ck, on_s3fs)))
+	if (opt < 0 || (opt == 0 && !all_s3fs))
 		return 0;
 	for (i = 0; i < n; i++)
 		if (!on_fuse(placefs_ckpt_shard(ck, i)->fd))
@@ -374,7 +375,7 @@ int main(int argc, char *argv[])
 	size_t ops_size;
 	int ready_fd = -1;
 	int status = PLACEFS_EXIT_ERROR;
-	bool gate_off_fuse = false;
+	bool gate_off_fuse = false, all_s3fs;
 	struct placefs_cuda_warm *warm = NULL;
 	int ret;
 
@@ -481,8 +482,9 @@ int main(int argc, char *argv[])
 		status = placefs_error_exit_status(&err);
 		goto out_mount_state;
 	}
-	m.lookahead = opts.lookahead > 0 || (opts.lookahead == 0 && every_shard(ck, on_s3fs));
-	if (direct_reads_apply(&m, ck, opts.direct_reads, &err) < 0) {
+	all_s3fs = every_shard(ck, on_s3fs);
+	m.lookahead = opts.lookahead > 0 || (opts.lookahead == 0 && all_s3fs);
+	if (direct_reads_apply(&m, ck, opts.direct_reads, all_s3fs, &err) < 0) {
 		fprintf(stderr, "placefs: %s\n", err.msg);
 		status = placefs_error_exit_status(&err);
 		goto out_mount_state;

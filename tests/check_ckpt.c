@@ -812,11 +812,6 @@ static void mk_pair(const char *path, const char *n1, const char *n2)
 	mk(path, n1, 4u, n2, 4u, NULL);
 }
 
-/*
- * Rewritten in place with the entries swapped (same header length, same
- * size) and its mtime put back, as touch -d, tar -x and cp -p do: only the
- * ctime tells. The check must fail; the bytes of "a" are now where "b" was.
- */
 /* O_DIRECT on a shard's descriptor, and on the one a reopen adopts. */
 START_TEST(test_shard_set_direct)
 {
@@ -859,6 +854,11 @@ out:
 }
 END_TEST
 
+/*
+ * Rewritten in place with the entries swapped (same header length, same
+ * size) and its mtime put back, as touch -d, tar -x and cp -p do: only the
+ * ctime tells. The check must fail; the bytes of "a" are now where "b" was.
+ */
 START_TEST(test_shard_check_ctime)
 {
 	char *p = at("s.safetensors"), *swapped = at("swapped.safetensors");
